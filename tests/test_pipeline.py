@@ -1,0 +1,93 @@
+"""Presets and their registration with tvm.compile."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tvm
+from tvm import relax
+from tvm.script import relax as R
+
+import tvm_ext
+from tvm_ext.errors import PresetError
+from tvm_ext.pipeline import get_preset, list_presets, preset_pipeline, use_preset
+
+
+@tvm.script.ir_module
+class SmallMLP:
+    @R.function
+    def main(x: R.Tensor((8, 32), "float32"), w: R.Tensor((32, 64), "float32"),
+             b: R.Tensor((64,), "float32")) -> R.Tensor((8, 64), "float32"):
+        with R.dataflow():
+            y = R.matmul(x, w)
+            z = R.add(y, b)
+            s = R.nn.softmax(R.nn.relu(z), axis=-1)
+            R.output(s)
+        return s
+
+
+def _cuda_source(ex) -> str:
+    return ex.mod.imports[0].imports[0].inspect_source()
+
+
+def test_registered_pipelines():
+    names = relax.pipeline.PIPELINE_MAP
+    assert "tvm_ext" in names
+    for preset in list_presets():
+        assert f"tvm_ext.{preset.name}" in names
+
+
+def test_baseline_reproduces_tvm_default_cuda_pipeline(cuda_target):
+    default = tvm.compile(SmallMLP, cuda_target)
+    ours = tvm.compile(SmallMLP, cuda_target, relax_pipeline="tvm_ext.baseline")
+    src_default, src_ours = _cuda_source(default), _cuda_source(ours)
+    assert src_default.count("__global__") >= 2
+    assert src_ours == src_default
+
+
+def test_tvm_compile_with_tag_and_pipeline_name():
+    ex = tvm.compile(SmallMLP, target="tvm_ext/h100", relax_pipeline="tvm_ext")
+    assert "__global__" in _cuda_source(ex)
+    assert tvm.target.Target("tvm_ext/h100").attrs["arch"].startswith("sm_90")
+
+
+def test_unimplemented_preset_names_what_exists():
+    with pytest.raises(PresetError, match=r"not implemented yet; available presets: baseline"):
+        get_preset("full")
+    with pytest.raises(PresetError, match=r"unknown preset 'nope'; available presets: baseline"):
+        get_preset("nope")
+
+
+def test_unimplemented_preset_through_tvm_compile_fails_clearly(cuda_target):
+    with pytest.raises(PresetError, match="'stitch'.*not implemented"):
+        tvm.compile(SmallMLP, cuda_target, relax_pipeline="tvm_ext.stitch")
+
+
+def test_use_preset_scopes_the_choice():
+    assert tvm_ext.pipeline.active_preset().name == "baseline"
+    with use_preset("baseline") as preset:
+        assert preset.name == "baseline"
+    with pytest.raises(PresetError):
+        with use_preset("stitch"):
+            pass
+
+
+def test_cpu_build_of_baseline_matches_numpy(llvm_target):
+    ex = tvm.compile(SmallMLP, llvm_target, relax_pipeline=preset_pipeline("baseline", llvm_target))
+    vm = relax.VirtualMachine(ex, tvm.cpu())
+    rng = np.random.default_rng(0)
+    x, w, b = (rng.standard_normal(s).astype("float32") for s in ((8, 32), (32, 64), (64,)))
+    got = vm["main"](*(tvm.runtime.tensor(a) for a in (x, w, b))).numpy()
+    z = np.maximum(x @ w + b, 0)
+    ref = np.exp(z - z.max(-1, keepdims=True))
+    ref /= ref.sum(-1, keepdims=True)
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-6)
+
+
+def test_graph_stage_fuses_and_is_target_independent(llvm_target):
+    fused = tvm_ext.graph_passes("baseline")(SmallMLP)
+    prim_funcs = [gv.name_hint for gv, f in fused.functions_items() if isinstance(f, tvm.tirx.PrimFunc)]
+    assert len(prim_funcs) < 4  # matmul+add+relu fuse; softmax separate
+    assert not any(f.attrs is not None and "tirx.is_scheduled" in f.attrs
+                   for _, f in fused.functions_items() if isinstance(f, tvm.tirx.PrimFunc))
+    ex = tvm.compile(fused, llvm_target, relax_pipeline="default_build")
+    assert relax.VirtualMachine(ex, tvm.cpu())["main"] is not None

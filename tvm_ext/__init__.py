@@ -1,0 +1,52 @@
+"""tvm_ext: fast DNN inference on NVIDIA GPUs for Apache TVM 0.27.
+
+Importing the package registers the ``tvm_ext/<device>`` target tags and the
+``"tvm_ext"`` / ``"tvm_ext.<preset>"`` Relax pipelines, so both work with ``tvm.compile``::
+
+    import tvm, tvm_ext
+    ex = tvm.compile(mod, target="tvm_ext/h100", relax_pipeline="tvm_ext")
+    ex = tvm_ext.compile("model.onnx", target="tvm_ext/h100", preset="baseline")
+"""
+from __future__ import annotations
+
+import logging
+
+from . import errors
+from .errors import TvmExtError
+from .hardware import DeviceSpec, device_from_target, list_devices, load_device, register_target_tags
+from .pipeline import (
+    DEFAULT_PRESET,
+    Preset,
+    compile,
+    get_preset,
+    graph_passes,
+    list_presets,
+    preset_pipeline,
+    register_pipelines,
+    use_preset,
+)
+
+__version__ = "0.1.0"
+_LOG = logging.getLogger(__name__)
+
+
+def _register() -> None:
+    register_target_tags()
+    register_pipelines()
+
+
+def _autoload() -> None:
+    """Entry point run by ``import tvm`` (``tvm.backends``): registers tags and pipelines."""
+    try:
+        _register()
+    except TvmExtError as err:  # a broken device yaml must not break `import tvm`
+        _LOG.warning("tvm_ext autoload skipped: %s", err)
+
+
+_register()
+
+__all__ = [
+    "errors", "TvmExtError", "DeviceSpec", "device_from_target", "list_devices", "load_device",
+    "DEFAULT_PRESET", "Preset", "compile", "get_preset", "graph_passes", "list_presets",
+    "preset_pipeline", "use_preset", "__version__",
+]

@@ -1,0 +1,59 @@
+"""Exception types raised by tvm_ext.
+
+Every error a user can trigger with bad input derives from :class:`TvmExtError`, so the
+CLI can print a one-line message (no traceback) and exit non-zero.
+"""
+from __future__ import annotations
+
+
+class TvmExtError(Exception):
+    """Base class of every user-facing tvm_ext error."""
+
+
+class ModelLoadError(TvmExtError):
+    """The model file is missing, truncated, or not an ONNX model."""
+
+
+class UnboundDimensionError(TvmExtError):
+    """A model input has a free (symbolic) dimension that ``shapes`` does not bind."""
+
+
+class ShapeOverrideError(TvmExtError):
+    """A shape override names an unknown input or has the wrong rank."""
+
+
+class ModelConversionError(TvmExtError):
+    """The importer failed on a model that loaded and passed the operator check."""
+
+
+class UnsupportedOpsError(TvmExtError):
+    """The model uses operators the importer cannot convert; lists all of them at once."""
+
+    def __init__(self, ops: dict[str, int]):
+        self.ops = dict(sorted(ops.items()))
+        listed = ", ".join(f"{name} (x{count})" for name, count in self.ops.items())
+        super().__init__(f"unsupported ONNX operators: {listed}")
+
+
+class UnknownDeviceError(TvmExtError):
+    """No device description exists under ``configs/devices`` for the requested name."""
+
+
+class PresetError(TvmExtError):
+    """The requested preset does not exist or is not implemented yet."""
+
+
+class NumericsMismatchError(TvmExtError):
+    """A compiled result disagrees with the reference beyond tolerance."""
+
+
+class DeviceConfigError(TvmExtError):
+    """A device description under ``configs/devices`` is malformed or lacks a requested entry."""
+
+
+class AnalysisError(TvmExtError):
+    """A tile, region or node set given to the analysis layer is invalid (wrong rank, unknown tensor, ...)."""
+
+
+class KernelCompileError(TvmExtError):
+    """Generated CUDA source does not compile with nvcc (or nvcc / the CUDA toolkit is missing)."""

@@ -1,0 +1,175 @@
+"""Per-PrimFunc facts: operator class and floating-point work.
+
+The class is read from the PrimFunc's blocks rather than from TVM's op-pattern attribute
+alone, because TVM marks matmul, softmax and layer-norm all as ``kOutEWiseFusable``
+while the techniques must treat a contraction very differently from a row reduction.
+"""
+from __future__ import annotations
+
+import enum
+from functools import reduce as _fold
+from operator import mul
+
+import tvm
+import tvm_ffi
+from tvm import tirx
+from tvm.s_tir import SBlock, SBlockRealize
+
+#: TVM's ``relay::OpPatternKind`` values as written by ``AnnotateTIROpPattern``.
+PATTERN_NAMES = {
+    0: "elemwise",
+    1: "broadcast",
+    2: "injective",
+    3: "comm_reduce",
+    4: "out_ewise_fusable",
+    7: "tuple",
+    8: "opaque",
+}
+
+
+class OpClass(str, enum.Enum):
+    """Our operator classes (AStitch / SOUFFLE vocabulary)."""
+
+    ELEMENTWISE = "elementwise"
+    BROADCAST = "broadcast"
+    INJECTIVE = "injective"
+    REDUCE = "reduce"
+    COMPUTE = "compute"  # contraction: matmul, conv, ...
+    OPAQUE = "opaque"
+
+    @property
+    def is_memory_class(self) -> bool:
+        """Whether the class is memory-intensive by nature (everything but compute/opaque)."""
+        return self not in (OpClass.COMPUTE, OpClass.OPAQUE)
+
+
+_ARITH_NODES = (
+    tirx.Add, tirx.Sub, tirx.Mul, tirx.Div, tirx.Mod, tirx.FloorDiv, tirx.FloorMod,
+    tirx.Min, tirx.Max,
+)
+
+
+def sblocks(func: tirx.PrimFunc) -> list[tuple[SBlock, list[tirx.For]]]:
+    """All non-root blocks of ``func`` with their enclosing loops, in program order."""
+    found: list[tuple[SBlock, list[tirx.For]]] = []
+
+    def visit(node, loops: list[tirx.For]) -> None:
+        if isinstance(node, tirx.For):
+            visit(node.body, loops + [node])
+        elif isinstance(node, SBlockRealize):
+            block = node.block
+            if block.name_hint != "root":
+                found.append((block, loops))
+            visit(block.body, loops)
+        elif isinstance(node, tirx.SeqStmt):
+            for stmt in node.seq:
+                visit(stmt, loops)
+        elif isinstance(node, (tirx.LetStmt, tirx.AttrStmt)):
+            visit(node.body, loops)
+        elif isinstance(node, tirx.IfThenElse):
+            visit(node.then_case, loops)
+            if node.else_case is not None:
+                visit(node.else_case, loops)
+
+    visit(func.body, [])
+    return found
+
+
+def _extent(loop: tirx.For) -> int:
+    ext = loop.extent
+    return int(ext.value) if isinstance(ext, tirx.IntImm) else 1
+
+
+def _arith_count(expr) -> int:
+    """Number of arithmetic operations in ``expr`` (calls such as exp count as one)."""
+    count = 0
+
+    def visit(node) -> None:
+        nonlocal count
+        if not str(getattr(node, "ty", "")).startswith(("float", "bfloat")):
+            return  # index arithmetic is not floating-point work
+        if isinstance(node, _ARITH_NODES):
+            count += 1
+        elif isinstance(node, tvm.ir.Call) and isinstance(node.op, tvm.ir.Op):
+            if node.op.name.startswith("tirx.") and node.op.name not in ("tirx.if_then_else",):
+                count += 1
+
+    tvm_ffi.structural_walk(expr, (tvm.ir.Expr, visit))
+    return count
+
+
+def _block_store(block: SBlock) -> tirx.BufferStore | None:
+    stores: list[tirx.BufferStore] = []
+    tvm_ffi.structural_walk(block.body, (tirx.BufferStore, stores.append))
+    return stores[0] if len(stores) == 1 else None
+
+
+def func_flops(func: tirx.PrimFunc) -> int:
+    """Floating-point operations of one call of ``func`` (arith ops x iteration volume)."""
+    total = 0
+    for block, loops in sblocks(func):
+        store = _block_store(block)
+        if store is None or not str(store.buffer.ty.dtype).startswith(("float", "bfloat")):
+            continue
+        volume = _fold(mul, (_extent(loop) for loop in loops), 1)
+        total += volume * _arith_count(store.value)
+    return total
+
+
+def _reduce_vars(block: SBlock) -> set:
+    return {iv.var for iv in block.iter_vars if iv.iter_type == tirx.IterVar.CommReduce}
+
+
+def _uses_any(expr, variables: set) -> bool:
+    hit = False
+
+    def visit(var) -> None:
+        nonlocal hit
+        if var in variables:
+            hit = True
+
+    tvm_ffi.structural_walk(expr, (tvm.ir.Var, visit))
+    return hit
+
+
+def _is_contraction(block: SBlock, params: set) -> bool:
+    """A reduction whose update multiplies two distinct loads that both depend on the reduce vars."""
+    rvars = _reduce_vars(block)
+    store = _block_store(block)
+    if not rvars or store is None:
+        return False
+    contracted = False
+
+    def visit(node) -> None:
+        nonlocal contracted
+        if isinstance(node, tirx.Mul):
+            loads = []
+            tvm_ffi.structural_walk(node, (tvm.ir.TensorLoad, loads.append))
+            sources = {ld.source for ld in loads
+                       if ld.source in params and any(_uses_any(i, rvars) for i in ld.indices)}
+            if len(sources) >= 2:
+                contracted = True
+
+    tvm_ffi.structural_walk(store.value, (tirx.Mul, visit))
+    return contracted
+
+
+def classify(func: tirx.PrimFunc | None, pattern: int | None) -> OpClass:
+    """Our class of a PrimFunc (``None`` means an external/opaque call)."""
+    if func is None or pattern == 8:
+        return OpClass.OPAQUE
+    params = set(func.params)
+    blocks = sblocks(func)
+    if any(_is_contraction(block, params) for block, _ in blocks):
+        return OpClass.COMPUTE
+    if any(_reduce_vars(block) for block, _ in blocks):
+        return OpClass.REDUCE
+    if pattern == 0:
+        return OpClass.ELEMENTWISE
+    if pattern == 1:
+        return OpClass.BROADCAST
+    if pattern in (2, 7):
+        return OpClass.INJECTIVE
+    if pattern in (3, 4):
+        return OpClass.REDUCE
+    return OpClass.OPAQUE

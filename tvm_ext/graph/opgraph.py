@@ -1,0 +1,325 @@
+"""OpGraph: a read-only operator graph over a legalized Relax function.
+
+One :class:`OpNode` per ``call_tir`` (or external / unlegalized call), one :class:`TensorInfo`
+per tensor flowing between them. Calls of fused ``Primitive`` Relax functions (after
+``FuseOps``) are expanded into their member nodes, which then carry the group's name, so
+the same view serves before and after fusion.
+
+Example
+-------
+>>> mod = relax.transform.LegalizeOps()(mod)
+>>> graph = OpGraph.from_module(mod)
+>>> [n.func_name for n in graph.nodes]
+['matmul', 'softmax', 'layer_norm']
+"""
+from __future__ import annotations
+
+import enum
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Iterable
+
+import tvm
+from tvm import relax, tirx
+
+from .classify import OpClass, classify, func_flops
+
+#: SOUFFLE's default: below this many flops per byte an operator is memory-intensive.
+DEFAULT_INTENSITY_THRESHOLD = 3.0
+
+_CALL_TIR = tvm.ir.Op.get("relax.call_tir")
+
+
+class TensorKind(str, enum.Enum):
+    """Where a tensor comes from and goes to."""
+
+    INPUT = "input"
+    CONSTANT = "constant"
+    INTERMEDIATE = "intermediate"
+    OUTPUT = "output"
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    """A tensor edge of the graph."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+    kind: TensorKind
+    producer: int | None
+    consumers: tuple[int, ...]
+
+    @property
+    def nbytes(self) -> int:
+        """Size in bytes (sub-byte dtypes round up per element)."""
+        return _num_elements(self.shape) * _dtype_bytes(self.dtype)
+
+
+@dataclass(frozen=True)
+class OpNode:
+    """One operator: a ``call_tir`` of a PrimFunc, or an opaque call."""
+
+    index: int
+    name: str
+    func_name: str
+    func: tirx.PrimFunc | None
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    pattern: int | None
+    op_class: OpClass
+    flops: int
+    bytes_read: int
+    bytes_written: int
+    memory_intensive: bool
+    group: str | None = None
+
+    @property
+    def arithmetic_intensity(self) -> float:
+        """Flops per byte of unfused global traffic."""
+        moved = self.bytes_read + self.bytes_written
+        return self.flops / moved if moved else 0.0
+
+
+@dataclass
+class _Builder:
+    mod: tvm.IRModule
+    threshold: float
+    nodes: list[dict] = field(default_factory=list)
+    tensors: dict[str, dict] = field(default_factory=dict)
+    names: dict = field(default_factory=dict)  # relax Var -> tensor name, or tuple of names
+    group_uses: dict = field(default_factory=dict)  # fused function name -> call sites expanded so far
+
+    def unique(self, hint: str) -> str:
+        name, k = hint or "t", 0
+        while name in self.tensors:
+            k += 1
+            name = f"{hint}_{k}"
+        return name
+
+    def new_tensor(self, hint: str, ty, kind: TensorKind, producer: int | None) -> str:
+        if not isinstance(ty, relax.TensorType) or ty.shape is None:
+            raise ValueError(f"OpGraph needs static tensor types; '{hint}' has type {ty}")
+        dims = []
+        for dim in ty.shape.values:
+            if not isinstance(dim, tirx.IntImm):
+                raise ValueError(f"OpGraph needs static shapes; '{hint}' has dimension {dim}")
+            dims.append(int(dim.value))
+        name = self.unique(hint)
+        self.tensors[name] = {"shape": tuple(dims), "dtype": str(ty.dtype), "kind": kind,
+                              "producer": producer, "consumers": []}
+        return name
+
+    def operand(self, expr) -> tuple[str, ...]:
+        """Tensor names an argument expression stands for."""
+        if isinstance(expr, relax.Var):
+            if expr not in self.names:
+                raise ValueError(f"variable '{expr.name}' is used before it is defined")
+            got = self.names[expr]
+            return got if isinstance(got, tuple) else (got,)
+        if isinstance(expr, tvm.ir.Constant):
+            return (self.new_tensor("const", expr.ty, TensorKind.CONSTANT, None),)
+        if isinstance(expr, relax.Tuple):
+            return tuple(n for f in expr.fields for n in self.operand(f))
+        raise ValueError(f"unsupported operand {type(expr).__name__} in OpGraph")
+
+    def bind_outputs(self, var, ty, producer: int) -> tuple[str, ...]:
+        if isinstance(ty, relax.TupleType):
+            outs = tuple(self.new_tensor(f"{var.name}.{i}", f, TensorKind.INTERMEDIATE, producer)
+                         for i, f in enumerate(ty.fields))
+            self.names[var] = outs
+        else:
+            outs = (self.new_tensor(var.name, ty, TensorKind.INTERMEDIATE, producer),)
+            self.names[var] = outs[0]
+        return outs
+
+    def add_node(self, var, func_name: str, func, args: tuple[str, ...], ty, group: str | None) -> None:
+        index = len(self.nodes)
+        outs = self.bind_outputs(var, ty, index)
+        pattern = None
+        if func is not None and func.attrs is not None and "op_pattern" in func.attrs:
+            pattern = int(func.attrs["op_pattern"])
+        op_class = classify(func, pattern)
+        flops = func_flops(func) if func is not None else 0
+        read = sum(self.tensor_bytes(t) for t in dict.fromkeys(args))
+        written = sum(self.tensor_bytes(t) for t in outs)
+        moved = read + written
+        intensity = flops / moved if moved else 0.0
+        self.nodes.append(dict(index=index, name=outs[0].split(".")[0], func_name=func_name, func=func,
+                               inputs=args, outputs=outs, pattern=pattern, op_class=op_class,
+                               flops=flops, bytes_read=read, bytes_written=written,
+                               memory_intensive=op_class != OpClass.OPAQUE and intensity < self.threshold,
+                               group=group))
+        for t in dict.fromkeys(args):
+            self.tensors[t]["consumers"].append(index)
+
+    def tensor_bytes(self, name: str) -> int:
+        t = self.tensors[name]
+        return _num_elements(t["shape"]) * _dtype_bytes(t["dtype"])
+
+    def visit_function(self, func: relax.Function, group: str | None) -> tuple[str, ...]:
+        body = func.body
+        for block in body.blocks:
+            for binding in block.bindings:
+                self.visit_binding(binding.var, binding.value, group)
+        return self.operand(body.body)
+
+    def visit_binding(self, var, value, group: str | None) -> None:
+        if isinstance(value, (relax.Var, relax.Tuple, tvm.ir.Constant)):
+            names = self.operand(value)
+            self.names[var] = names if isinstance(value, relax.Tuple) else names[0]
+        elif isinstance(value, relax.TupleGetItem):
+            self.names[var] = self.operand(value.tuple_value)[value.index]
+        elif isinstance(value, relax.Call) and value.op.same_as(_CALL_TIR):
+            gvar = value.args[0]
+            self.add_node(var, gvar.name_hint, self.mod[gvar], self.operand(value.args[1]), var.ty, group)
+        elif isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.GlobalVar):
+            callee = self.mod[value.op]
+            if isinstance(callee, relax.Function) and _is_primitive(callee):
+                self.expand_group(var, value.op.name_hint, callee, value.args)
+            else:
+                self.opaque(var, value.op.name_hint, value, group)
+        elif isinstance(value, relax.Call):
+            self.opaque(var, _op_name(value), value, group)
+        else:
+            raise ValueError(f"unsupported binding value {type(value).__name__} for '{var.name}'")
+
+    def expand_group(self, var, name: str, callee: relax.Function, args) -> None:
+        # One group per call site: a fused function called twice gives "f" and "f#1".
+        uses = self.group_uses.get(name, 0)
+        self.group_uses[name] = uses + 1
+        group = name if uses == 0 else f"{name}#{uses}"
+        for param, arg in zip(callee.params, args):
+            got = self.operand(arg)
+            self.names[param] = got if isinstance(param.ty, relax.TupleType) else got[0]
+        result = self.visit_function(callee, group)
+        self.names[var] = result if isinstance(var.ty, relax.TupleType) else result[0]
+
+    def opaque(self, var, name: str, call, group: str | None) -> None:
+        args = tuple(n for a in call.args if isinstance(a, (relax.Var, tvm.ir.Constant, relax.Tuple))
+                     for n in self.operand(a))
+        self.add_node(var, name, None, args, var.ty, group)
+
+
+def _is_primitive(func: relax.Function) -> bool:
+    return func.attrs is not None and "Primitive" in func.attrs and bool(func.attrs["Primitive"])
+
+
+def _op_name(call: relax.Call) -> str:
+    op = call.op
+    if isinstance(op, tvm.ir.Op):
+        if op.name in ("relax.call_dps_packed", "relax.call_pure_packed") and call.args:
+            first = call.args[0]
+            return str(getattr(first, "global_symbol", first))
+        return op.name
+    return getattr(op, "name_hint", type(op).__name__)
+
+
+def _num_elements(shape: Iterable[int]) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+def _dtype_bytes(dtype: str) -> int:
+    bits = tvm.runtime.DataType(dtype).bits * max(1, tvm.runtime.DataType(dtype).lanes)
+    return max(1, (bits + 7) // 8)
+
+
+class OpGraph:
+    """Operator graph of one Relax function; see the module docstring."""
+
+    def __init__(self, nodes: Iterable[OpNode], tensors: Iterable[TensorInfo]):
+        self.nodes: tuple[OpNode, ...] = tuple(nodes)
+        self.tensors: dict[str, TensorInfo] = {t.name: t for t in tensors}
+
+    @classmethod
+    def from_module(cls, mod: tvm.IRModule, func_name: str = "main",
+                    intensity_threshold: float = DEFAULT_INTENSITY_THRESHOLD) -> "OpGraph":
+        """Build the graph of ``mod[func_name]`` (legalized; fused or not)."""
+        if func_name not in [gv.name_hint for gv in mod.get_global_vars()]:
+            raise KeyError(f"module has no function '{func_name}'")
+        func = mod[func_name]
+        if not isinstance(func, relax.Function):
+            raise TypeError(f"'{func_name}' is not a Relax function")
+        b = _Builder(mod, intensity_threshold)
+        for param in func.params:
+            if isinstance(param.ty, relax.TensorType):
+                b.names[param] = b.new_tensor(param.name, param.ty, TensorKind.INPUT, None)
+        for out in b.visit_function(func, None):
+            if b.tensors[out]["kind"] == TensorKind.INTERMEDIATE:
+                b.tensors[out]["kind"] = TensorKind.OUTPUT
+        tensors = [TensorInfo(name=n, shape=t["shape"], dtype=t["dtype"], kind=t["kind"],
+                              producer=t["producer"], consumers=tuple(t["consumers"]))
+                   for n, t in b.tensors.items()]
+        return cls((OpNode(**n) for n in b.nodes), tensors)
+
+    def __len__(self) -> int:
+        return len(self.nodes)
+
+    def node(self, key: int | str) -> OpNode:
+        """A node by index or by name."""
+        if isinstance(key, int):
+            return self.nodes[key]
+        for n in self.nodes:
+            if n.name == key:
+                return n
+        raise KeyError(f"no node named '{key}'")
+
+    def producers(self, index: int) -> list[int]:
+        """Indices of the nodes producing the inputs of node ``index``."""
+        found = (self.tensors[t].producer for t in self.nodes[index].inputs)
+        return sorted({p for p in found if p is not None})
+
+    def consumers(self, index: int) -> list[int]:
+        """Indices of the nodes reading the outputs of node ``index``."""
+        return sorted({c for t in self.nodes[index].outputs for c in self.tensors[t].consumers})
+
+    def topological_order(self) -> list[int]:
+        """Node indices, producers before consumers (Kahn's algorithm, stable)."""
+        indegree = {n.index: len(self.producers(n.index)) for n in self.nodes}
+        ready = deque(sorted(i for i, d in indegree.items() if d == 0))
+        order: list[int] = []
+        while ready:
+            i = ready.popleft()
+            order.append(i)
+            for c in self.consumers(i):
+                indegree[c] -= 1
+                if indegree[c] == 0:
+                    ready.append(c)
+        if len(order) != len(self.nodes):
+            raise ValueError("OpGraph has a cycle")
+        return order
+
+    def is_convex(self, members: Iterable[int]) -> bool:
+        """True if no path leaves the node set and re-enters it."""
+        inside = set(members)
+        frontier = deque(c for m in inside for c in self.consumers(m) if c not in inside)
+        seen = set(frontier)
+        while frontier:
+            i = frontier.popleft()
+            for c in self.consumers(i):
+                if c in inside:
+                    return False
+                if c not in seen:
+                    seen.add(c)
+                    frontier.append(c)
+        return True
+
+    def boundary(self, members: Iterable[int]) -> tuple[list[str], list[str]]:
+        """External input tensors and escaping output tensors of a node set."""
+        inside = set(members)
+        inputs = [t for m in sorted(inside) for t in self.nodes[m].inputs
+                  if self.tensors[t].producer not in inside]
+        outputs = [t for m in sorted(inside) for t in self.nodes[m].outputs
+                   if self.tensors[t].kind == TensorKind.OUTPUT
+                   or any(c not in inside for c in self.tensors[t].consumers)]
+        return list(dict.fromkeys(inputs)), list(dict.fromkeys(outputs))
+
+    def groups(self) -> dict[str, list[int]]:
+        """Fused groups (from ``FuseOps``) by name; ungrouped nodes form singleton groups."""
+        out: dict[str, list[int]] = {}
+        for n in self.nodes:
+            out.setdefault(n.group or n.name, []).append(n.index)
+        return out
