@@ -1,0 +1,366 @@
+"""Model import: ONNX (and torch.export) to a static-shape, canonical Relax IRModule.
+
+``from_onnx`` loads and validates the model, binds every free input dimension to a static
+size, rejects unsupported operators up front (all of them in one error), converts with
+TVM's Relax ONNX importer (weights become constants), canonicalizes the graph
+(:func:`canonicalize_passes`) and optionally turns it into a pure fp16 model
+(:class:`tvm_ext.frontend_fp16.ConvertToFloat16`).
+
+The result is target independent: ``main`` holds high-level Relax ops (``relax.matmul``,
+``relax.nn.softmax`` ...) in a dataflow block, nothing legalized to ``call_tir`` yet
+(except the few ops the importer itself emits through ``emit_te``, such as Pad).
+Parameters of ``main`` follow the order of the ONNX graph inputs (initializers excluded);
+names are sanitized by the importer (``input.1`` becomes ``input_1``).
+"""
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import onnx
+import tvm
+from google.protobuf.message import DecodeError
+
+from .errors import ModelConversionError, ModelLoadError, TvmExtError, UnsupportedOpsError
+from .frontend_fp16 import ConvertToFloat16
+from .frontend_inputs import module_input_info, random_inputs
+from .frontend_shapes import bind_input_shapes, onnx_input_info, user_inputs
+
+logger = logging.getLogger(__name__)
+
+ModelLike = str | os.PathLike | onnx.ModelProto
+
+__all__ = [
+    "from_onnx", "from_torch", "canonicalize_passes", "finalize_module", "load_onnx",
+    "unsupported_ops", "input_info", "random_inputs", "ConvertToFloat16",
+]
+
+#: Domains the importer dispatches on besides the default one, with the contrib ops of each
+#: that have a converter (the importer looks converters up by ``op_type`` only).
+_CONTRIB_OPS = {
+    "com.microsoft": frozenset({
+        "Attention", "BiasGelu", "EmbedLayerNormalization", "FastGelu", "Gelu",
+        "SkipLayerNormalization", "MatMulInteger16", "QuantizeLinear", "DequantizeLinear",
+    }),
+}
+_DEFAULT_DOMAINS = ("", "ai.onnx")
+#: Ops the importer handles outside its converter table.
+_DIRECTLY_HANDLED = frozenset({"If"})
+
+
+# --------------------------------------------------------------------------------------
+# loading
+# --------------------------------------------------------------------------------------
+def load_onnx(model: ModelLike) -> onnx.ModelProto:
+    """Load ``model`` (a path or a ``ModelProto``) and check that it is a complete ONNX graph.
+
+    Raises
+    ------
+    ModelLoadError
+        Missing file, empty/truncated/corrupt file, a file that is not ONNX, a graph that
+        refers to values nothing defines (truncation), or an unsupported argument type.
+    """
+    if isinstance(model, onnx.ModelProto):
+        proto, label = model, f"<ModelProto {model.graph.name or 'unnamed'}>"
+    elif isinstance(model, (str, os.PathLike)):
+        proto, label = _read_onnx_file(Path(model)), str(model)
+    else:
+        raise ModelLoadError(
+            f"expected a path or an onnx.ModelProto, got {type(model).__name__}"
+        )
+    _check_complete(proto, label)
+    if proto.functions:
+        proto = onnx.inliner.inline_local_functions(proto)
+    return proto
+
+
+def _read_onnx_file(path: Path) -> onnx.ModelProto:
+    if not path.exists():
+        raise ModelLoadError(f"cannot load ONNX model '{path}': file not found")
+    if not path.is_file():
+        raise ModelLoadError(f"cannot load ONNX model '{path}': not a regular file")
+    data = path.read_bytes()
+    if not data:
+        raise ModelLoadError(f"cannot load ONNX model '{path}': file is empty")
+    proto = onnx.ModelProto()
+    try:
+        proto.ParseFromString(data)
+    except DecodeError as err:
+        # Serialized ModelProtos start with field 1 (ir_version, a varint): tag byte 0x08.
+        # A file that starts like one but does not parse was cut short or damaged.
+        if data[:1] == b"\x08":
+            raise ModelLoadError(
+                f"cannot load ONNX model '{path}': file is truncated or corrupt ({err})"
+            ) from None
+        raise ModelLoadError(
+            f"cannot load ONNX model '{path}': not an ONNX model (not a ModelProto protobuf)"
+        ) from None
+    if proto.graph.initializer and any(
+        t.data_location == onnx.TensorProto.EXTERNAL for t in proto.graph.initializer
+    ):
+        try:
+            onnx.external_data_helper.load_external_data_for_model(proto, str(path.parent))
+        except OSError as err:
+            raise ModelLoadError(
+                f"cannot load ONNX model '{path}': external weights unreadable ({err})"
+            ) from None
+    return proto
+
+
+def _check_complete(proto: onnx.ModelProto, label: str) -> None:
+    """Reject protos that parsed but are not (complete) ONNX models."""
+    if proto.ir_version < 3 or not proto.HasField("graph"):
+        raise ModelLoadError(
+            f"cannot load ONNX model '{label}': not an ONNX model "
+            f"(ir_version={proto.ir_version}, graph {'present' if proto.HasField('graph') else 'missing'})"
+        )
+    graph = proto.graph
+    if not graph.output:
+        raise ModelLoadError(f"cannot load ONNX model '{label}': graph has no outputs "
+                             "(file truncated or corrupt?)")
+    defined = {i.name for i in graph.input} | {t.name for t in graph.initializer}
+    defined |= {t.name for t in graph.sparse_initializer}
+    for node in graph.node:
+        missing = [name for name in node.input if name and name not in defined]
+        if missing:
+            raise ModelLoadError(
+                f"cannot load ONNX model '{label}': node '{node.name or node.op_type}' uses "
+                f"undefined value(s) {', '.join(map(repr, missing))} (file truncated or corrupt?)"
+            )
+        defined.update(node.output)
+    undefined_outputs = [o.name for o in graph.output if o.name not in defined]
+    if undefined_outputs:
+        raise ModelLoadError(
+            f"cannot load ONNX model '{label}': output(s) {', '.join(map(repr, undefined_outputs))} "
+            "are never computed (file truncated or corrupt?)"
+        )
+
+
+# --------------------------------------------------------------------------------------
+# operator support
+# --------------------------------------------------------------------------------------
+def _convert_map() -> Mapping[str, object]:
+    from tvm.relax.frontend.onnx import onnx_frontend  # the converter table lives here
+
+    return onnx_frontend._get_convert_map()  # pylint: disable=protected-access
+
+
+def _iter_nodes(graph: onnx.GraphProto):
+    """All nodes of ``graph`` and of its nested subgraphs (If/Loop/Scan bodies)."""
+    for node in graph.node:
+        yield node
+        for attr in node.attribute:
+            if attr.type == onnx.AttributeProto.GRAPH:
+                yield from _iter_nodes(attr.g)
+            elif attr.type == onnx.AttributeProto.GRAPHS:
+                for sub in attr.graphs:
+                    yield from _iter_nodes(sub)
+
+
+def unsupported_ops(model: onnx.ModelProto) -> dict[str, int]:
+    """Operators of ``model`` the Relax importer cannot convert, with their counts.
+
+    Default-domain ops are named by ``op_type``; ops of other domains as
+    ``"domain::op_type"``.
+    """
+    convert_map = _convert_map()
+    found: dict[str, int] = {}
+    for node in _iter_nodes(model.graph):
+        domain = node.domain or ""
+        if domain in _DEFAULT_DOMAINS:
+            ok = node.op_type in convert_map or node.op_type in _DIRECTLY_HANDLED
+            key = node.op_type
+        else:
+            ok = node.op_type in _CONTRIB_OPS.get(domain, ()) and node.op_type in convert_map
+            key = f"{domain}::{node.op_type}"
+        if not ok:
+            found[key] = found.get(key, 0) + 1
+    return found
+
+
+def _default_opset(model: onnx.ModelProto) -> int:
+    for entry in model.opset_import:
+        if entry.domain in _DEFAULT_DOMAINS:
+            return int(entry.version)
+    return 1
+
+
+# --------------------------------------------------------------------------------------
+# passes
+# --------------------------------------------------------------------------------------
+def canonicalize_passes() -> tvm.transform.Sequential:
+    """Target-independent cleanups run after import (no legalization, no fusion).
+
+    In order:
+
+    1. ``ConvertToDataflow`` - put pure bindings in dataflow blocks (FoldConstant and the
+       later fusion passes only look inside them).
+    2. ``FoldBatchnormToConv2D`` - fold an inference BatchNormalization that follows a
+       convolution with constant weights into the convolution's weights and a bias add.
+    3. ``DecomposeOpsForInference`` - rewrite the remaining ``batch_norm`` (and other
+       training-style composites such as ``tensor_to_shape``) into elementwise ops.
+    4. ``FoldConstant`` - evaluate every all-constant subexpression (transposed Gemm
+       weights, BN scale/shift, shape arithmetic of the importer).
+    5. ``RemoveRedundantReshape`` - drop no-op reshapes and collapse reshape chains.
+    6. ``CanonicalizeBindings`` - remove trivial ``y = x`` bindings (ONNX Identity,
+       Dropout) and tuple round trips.
+    7. ``EliminateCommonSubexpr`` - share identical computations.
+    8. ``DeadCodeElimination(["main"])`` - drop unused bindings and functions.
+    """
+    from tvm.relax.transform import (  # local names keep the list readable
+        CanonicalizeBindings, ConvertToDataflow, DeadCodeElimination,
+        DecomposeOpsForInference, EliminateCommonSubexpr, FoldBatchnormToConv2D,
+        FoldConstant, RemoveRedundantReshape,
+    )
+
+    return tvm.transform.Sequential(
+        [
+            ConvertToDataflow(min_size=1),
+            FoldBatchnormToConv2D(),
+            DecomposeOpsForInference(),
+            FoldConstant(),
+            RemoveRedundantReshape(),
+            CanonicalizeBindings(),
+            EliminateCommonSubexpr(),
+            DeadCodeElimination(["main"]),
+        ],
+        name="tvm_ext.Canonicalize",
+    )
+
+
+# --------------------------------------------------------------------------------------
+# entry points
+# --------------------------------------------------------------------------------------
+def from_onnx(
+    model: ModelLike,
+    shapes: Mapping[str, Sequence[int]] | None = None,
+    dtype: str = "float32",
+    *,
+    fp16: bool = False,
+    canonicalize: bool = True,
+    opset: int | None = None,
+) -> tvm.IRModule:
+    """Import an ONNX model as a static-shape Relax module with weights as constants.
+
+    Parameters
+    ----------
+    model : str, os.PathLike or onnx.ModelProto
+        The model or the path of a ``.onnx`` file.
+    shapes : mapping of str to sequence of int, optional
+        Static shapes of graph inputs. Required for every input with a symbolic or unset
+        dimension; a named dimension (``dim_param``) bound through one input is bound
+        for all inputs using the same name. Must agree with static dimensions.
+    dtype : str
+        Element type assumed for graph inputs that declare none. Declared input types win.
+    fp16 : bool
+        Convert the imported model to pure float16 (:class:`ConvertToFloat16`).
+    canonicalize : bool
+        Run :func:`canonicalize_passes` (before, and after the fp16 conversion).
+    opset : int, optional
+        Override the default-domain opset read from the model.
+
+    Returns
+    -------
+    tvm.IRModule
+        ``main`` takes the graph inputs (initializers excluded) in graph order.
+
+    Raises
+    ------
+    ModelLoadError, UnboundDimensionError, ShapeOverrideError, UnsupportedOpsError,
+    ModelConversionError
+    """
+    proto = load_onnx(model)
+    _check_dtype(dtype)
+    missing = unsupported_ops(proto)
+    if missing:
+        raise UnsupportedOpsError(missing)
+    static_shapes = bind_input_shapes(proto.graph, shapes)
+    logger.debug("importing '%s' with input shapes %s", proto.graph.name, static_shapes)
+
+    dtype_dict = {}
+    for inp in user_inputs(proto.graph):
+        elem = inp.type.tensor_type.elem_type
+        dtype_dict[inp.name] = (
+            str(onnx.helper.tensor_dtype_to_np_dtype(elem)) if elem else dtype
+        )
+    from tvm.relax.frontend.onnx import from_onnx as relax_from_onnx
+
+    try:
+        mod = relax_from_onnx(
+            proto,
+            shape_dict={k: list(v) for k, v in static_shapes.items()},
+            dtype_dict=dtype_dict,
+            opset=opset if opset is not None else _default_opset(proto),
+            keep_params_in_input=False,
+        )
+    except (RuntimeError, ValueError, TypeError, KeyError, IndexError, AssertionError,
+            AttributeError) as err:  # what the importer and TVM's FFI raise on bad graphs
+        first_line = (str(err).strip().splitlines() or [""])[0]
+        raise ModelConversionError(
+            f"the Relax ONNX importer failed on graph '{proto.graph.name}': "
+            f"{type(err).__name__}: {first_line}"
+        ) from err
+    return finalize_module(mod, fp16=fp16, canonicalize=canonicalize)
+
+
+def finalize_module(mod: tvm.IRModule, *, fp16: bool = False, canonicalize: bool = True) -> tvm.IRModule:
+    """Apply the post-import steps shared by every frontend (canonicalize, fp16)."""
+    if canonicalize:
+        mod = canonicalize_passes()(mod)
+    if fp16:
+        mod = ConvertToFloat16()(mod)
+        if canonicalize:
+            mod = canonicalize_passes()(mod)
+    return mod
+
+
+def from_torch(
+    module,
+    example_inputs: Sequence,
+    *,
+    fp16: bool = False,
+    canonicalize: bool = True,
+) -> tvm.IRModule:
+    """Import a ``torch.nn.Module`` through ``torch.export`` (weights as constants).
+
+    Raises
+    ------
+    TvmExtError
+        If torch is not installed.
+    """
+    try:
+        import torch  # noqa: F401  (optional dependency)
+    except ImportError:
+        raise TvmExtError(
+            "torch is required for from_torch (pip install torch); "
+            "or export the model to ONNX and use from_onnx"
+        ) from None
+    from tvm.relax.frontend.torch import from_exported_program
+
+    exported = torch.export.export(module.eval(), tuple(example_inputs))
+    mod = from_exported_program(exported, keep_params_as_input=False, unwrap_unit_return_tuple=True)
+    return finalize_module(mod, fp16=fp16, canonicalize=canonicalize)
+
+
+# --------------------------------------------------------------------------------------
+# inputs
+# --------------------------------------------------------------------------------------
+def input_info(mod_or_model: tvm.IRModule | ModelLike) -> dict[str, tuple[tuple | None, str]]:
+    """Name -> (shape, dtype) of the inputs of a Relax module's ``main`` or of an ONNX model.
+
+    For a module, shape entries are ints (or strings for symbolic sizes). For an ONNX
+    model, initializers are excluded; unset dims are ``None``, named ones their
+    ``dim_param``, and the shape itself is ``None`` when the rank is unknown.
+    """
+    if isinstance(mod_or_model, tvm.IRModule):
+        return module_input_info(mod_or_model)
+    return onnx_input_info(load_onnx(mod_or_model).graph)
+
+
+def _check_dtype(dtype: str) -> None:
+    try:
+        tvm.runtime.DataType(dtype)
+    except (TypeError, ValueError, RuntimeError):
+        raise TvmExtError(f"dtype {dtype!r} is not a valid data type name") from None
