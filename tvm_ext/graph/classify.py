@@ -64,7 +64,9 @@ def sblocks(func: tirx.PrimFunc) -> list[tuple[SBlock, list[tirx.For]]]:
         elif isinstance(node, tirx.SeqStmt):
             for stmt in node.seq:
                 visit(stmt, loops)
-        elif isinstance(node, (tirx.LetStmt, tirx.AttrStmt)):
+        elif isinstance(node, tirx.Bind):
+            return  # 0.27's LetStmt is ``Bind``: no body, the binding scopes over later statements
+        elif hasattr(node, "body"):  # AttrStmt, While, AssertStmt, ...
             visit(node.body, loops)
         elif isinstance(node, tirx.IfThenElse):
             visit(node.then_case, loops)
@@ -154,6 +156,34 @@ def _is_contraction(block: SBlock, params: set) -> bool:
     return contracted
 
 
+def _broadcasts(block: SBlock, params: set) -> bool:
+    """Whether some parameter is read without a (non-unit) iterator the store is indexed by.
+
+    ``AnnotateTIROpPattern`` marks a bias add ``out[i, j] = x[i, j] + b[j]`` as elementwise;
+    for stitching it is a broadcast (each ``b[j]`` feeds a whole column). Scalar operands
+    (read at constant indices) do not count.
+    """
+    store = _block_store(block)
+    if store is None:
+        return False
+    extents = {iv.var: iv.dom.extent for iv in block.iter_vars}
+    stored: set = set()
+    for idx in store.indices:
+        tvm_ffi.structural_walk(idx, (tvm.ir.Var, stored.add))
+    wide = {v for v in stored if not (isinstance(extents.get(v), tirx.IntImm) and extents[v].value == 1)}
+    loads: list = []
+    tvm_ffi.structural_walk(store.value, (tvm.ir.TensorLoad, loads.append))
+    for load in loads:
+        if load.source not in params:
+            continue
+        used: set = set()
+        for idx in load.indices:
+            tvm_ffi.structural_walk(idx, (tvm.ir.Var, used.add))
+        if used and wide - used:  # a scalar operand (no iterator at all) stays elementwise
+            return True
+    return False
+
+
 def classify(func: tirx.PrimFunc | None, pattern: int | None) -> OpClass:
     """Our class of a PrimFunc (``None`` means an external/opaque call)."""
     if func is None or pattern == 8:
@@ -164,10 +194,10 @@ def classify(func: tirx.PrimFunc | None, pattern: int | None) -> OpClass:
         return OpClass.COMPUTE
     if any(_reduce_vars(block) for block, _ in blocks):
         return OpClass.REDUCE
-    if pattern == 0:
-        return OpClass.ELEMENTWISE
-    if pattern == 1:
-        return OpClass.BROADCAST
+    if pattern in (0, 1):
+        if any(_broadcasts(block, params) for block, _ in blocks):
+            return OpClass.BROADCAST
+        return OpClass.ELEMENTWISE if pattern == 0 else OpClass.INJECTIVE
     if pattern in (2, 7):
         return OpClass.INJECTIVE
     if pattern in (3, 4):

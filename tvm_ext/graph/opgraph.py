@@ -3,7 +3,8 @@
 One :class:`OpNode` per ``call_tir`` (or external / unlegalized call), one :class:`TensorInfo`
 per tensor flowing between them. Calls of fused ``Primitive`` Relax functions (after
 ``FuseOps``) are expanded into their member nodes, which then carry the group's name, so
-the same view serves before and after fusion.
+the same view serves before and after fusion. A fused function called from several places
+gives one group per call site: ``f``, then ``f#1``, ``f#2`` ...
 
 Example
 -------
