@@ -207,9 +207,14 @@ def compile(  # noqa: A001 - mirrors tvm.compile
 
 def load_module(model: tvm.IRModule | str | Path, *, shapes: Mapping[str, Sequence[int]] | None = None,
                 fp16: bool = False) -> tvm.IRModule:
-    """An IRModule as is, or an ONNX path/proto through :func:`tvm_ext.frontend.from_onnx`."""
+    """An IRModule (converted to fp16 when asked), or an ONNX path/proto through
+    :func:`tvm_ext.frontend.from_onnx`."""
     if isinstance(model, tvm.IRModule):
-        return model
+        if not fp16:
+            return model
+        from .frontend import ConvertToFloat16
+
+        return ConvertToFloat16()(model)
     from .frontend import from_onnx
 
     return from_onnx(model, shapes=shapes, fp16=fp16)

@@ -1,0 +1,89 @@
+#!/usr/bin/env python3
+"""Three ways to compile an ONNX model for an NVIDIA GPU with tvm_ext.
+
+1. tvm_ext's passes inside *your own* ``tvm.transform.Sequential`` (mix them with TVM's
+   passes and your own; ``tvm.compile`` runs the Sequential as the Relax pipeline);
+2. plain ``tvm.compile`` with our target tag and pipeline name
+   (``target="tvm_ext/h100", relax_pipeline="tvm_ext"``);
+3. the short form ``tvm_ext.compile(path, target, preset=...)``.
+
+All three give the same set of kernels (way 1 may schedule transposes differently: it tries
+dlight's Transpose rule first). No GPU is needed: without a CUDA driver TVM generates the
+CUDA source and ``export_library`` embeds it; the GPU machine compiles it when it loads the file.
+
+Usage::
+
+    python python/compile_onnx_example.py [model.onnx] [--target tvm_ext/h100] [--out-dir DIR]
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from pathlib import Path
+
+import tvm
+from tvm import relax
+from tvm.s_tir import dlight as dl
+
+import tvm_ext
+from tvm_ext.frontend import from_onnx
+from tvm_ext.inspect import cuda_source, global_kernel_names
+from tvm_ext.models import BUNDLED_FILE
+
+
+def way1_your_sequential(mod: tvm.IRModule, target: tvm.target.Target) -> tvm.runtime.Executable:
+    """tvm_ext's stages as passes in a user-built Sequential."""
+    preset = tvm_ext.get_preset("baseline")
+    pipeline = tvm.transform.Sequential([
+        relax.transform.FoldConstant(),                   # any pass of your own
+        tvm_ext.graph_passes("baseline", target),         # tvm_ext: legalize + fuse (target-independent)
+        dl.ApplyDefaultSchedule(dl.gpu.Transpose()),      # your own scheduling choice first ...
+        *preset.schedule(target),                         # ... the preset schedules the rest
+        *preset.lower(target),                            # TVM's lowering for the VM
+    ], name="my_pipeline")
+    return tvm.compile(mod, target, relax_pipeline=pipeline)
+
+
+def way2_tvm_compile(mod: tvm.IRModule) -> tvm.runtime.Executable:
+    """``import tvm_ext`` registered the target tag and the pipeline name."""
+    return tvm.compile(mod, target="tvm_ext/h100", relax_pipeline="tvm_ext")
+
+
+def way3_tvm_ext_compile(model: Path, target: str) -> tvm.runtime.Executable:
+    """One call from the ONNX file."""
+    return tvm_ext.compile(model, target=target, preset="baseline")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("model", nargs="?", default=str(BUNDLED_FILE), help="ONNX model (default: bundled BERT layer)")
+    parser.add_argument("--target", default="tvm_ext/h100")
+    parser.add_argument("--out-dir", default=None, help="where to write the .so files (default: a temp dir)")
+    args = parser.parse_args(argv)
+
+    model = Path(args.model)
+    target = tvm.target.Target(args.target)
+    mod = from_onnx(model)
+    out_dir = Path(args.out_dir or tempfile.mkdtemp(prefix="tvm_ext_example_"))
+    out_dir.mkdir(parents=True, exist_ok=True)
+
+    results = {
+        "1 passes in your Sequential": way1_your_sequential(mod, target),
+        "2 tvm.compile + tag + pipeline name": way2_tvm_compile(mod),
+        "3 tvm_ext.compile": way3_tvm_ext_compile(model, args.target),
+    }
+    kernel_sets = []
+    for i, (label, ex) in enumerate(results.items(), start=1):
+        kernels = global_kernel_names(cuda_source(ex))
+        kernel_sets.append(sorted(kernels))
+        path = out_dir / f"{model.stem}_way{i}.so"
+        ex.export_library(str(path))
+        print(f"way {label}: {len(kernels)} CUDA kernels, exported {path}")
+    same = all(k == kernel_sets[0] for k in kernel_sets)
+    print(f"same set of kernels in all three: {same}")
+    return 0 if same else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,199 @@
+"""The ``tvm-ext`` command line (in-process through ``main``; one subprocess for the entry point)."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import onnx
+import pytest
+
+from tvm_ext.cli import main, parse_shape_arg
+from tvm_ext.models import get_model
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="session")
+def mlp_file(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("models") / "mlp.onnx"
+    onnx.save(get_model("mlp", batch=4, sizes=(32, 64, 16)), str(path))
+    return path
+
+
+@pytest.fixture(scope="session")
+def free_dim_file(tmp_path_factory) -> Path:
+    """An MLP whose batch dimension is symbolic (needs --shapes)."""
+    model = get_model("mlp", batch=4, sizes=(32, 16))
+    for value in list(model.graph.input) + list(model.graph.output):
+        value.type.tensor_type.shape.dim[0].dim_param = "batch"
+    path = tmp_path_factory.mktemp("models") / "mlp_free.onnx"
+    onnx.save(model, str(path))
+    return path
+
+
+def _run(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(["-q", *argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def _assert_one_line_error(code: int, err: str, needle: str) -> None:
+    assert code == 2
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert len(lines) == 1, err
+    assert lines[0].startswith("error: ") and needle in lines[0], lines[0]
+    assert "Traceback" not in err
+
+
+def test_parse_shape_arg():
+    assert parse_shape_arg("input_ids=1x128") == ("input_ids", (1, 128))
+    assert parse_shape_arg("a=b=2,3") == ("a=b", (2, 3))
+
+
+def test_presets(capsys):
+    code, out, _ = _run(capsys, "presets")
+    assert code == 0
+    lines = {ln.split()[0]: ln for ln in out.splitlines()}
+    assert "implemented" in lines["baseline"]
+    assert "planned" in lines["full"]
+    assert {"baseline", "stitch", "tilegraph", "orchestrate", "subprogram", "cutlass", "full"} <= set(lines)
+
+
+def test_devices(capsys):
+    code, out, _ = _run(capsys, "devices")
+    assert code == 0
+    row = next(ln for ln in out.splitlines() if ln.startswith("h100 "))
+    assert "sm_90" in row and " 132 " in row and "3.35" in row and "tvm_ext/h100" in row
+
+
+def test_inspect_json(capsys, mlp_file):
+    code, out, _ = _run(capsys, "inspect", str(mlp_file), "--target", "tvm_ext/h100", "--json")
+    assert code == 0
+    data = json.loads(out)
+    assert data["model"] == "mlp.onnx" and data["preset"] == "baseline"
+    assert isinstance(data["kernels"], int) and data["kernels"] >= 2
+    assert data["kernels"] == sum(g["kernels"] for g in data["group_details"])
+    assert any(ops[0].startswith("matmul") for ops in data["groups"])
+
+
+def test_inspect_table_with_shapes_and_cuda_file(capsys, free_dim_file, tmp_path):
+    cuda = tmp_path / "k.cu"
+    code, out, _ = _run(capsys, "inspect", str(free_dim_file), "--shapes", "x=2x32", "--cuda", str(cuda))
+    assert code == 0
+    assert "kernel launches / inference" in out and "fused groups:" in out
+    assert "__global__" in cuda.read_text()
+
+
+def test_compile_exports_library(capsys, mlp_file, tmp_path):
+    out_so = tmp_path / "mlp.so"
+    code, out, _ = _run(capsys, "compile", str(mlp_file), "--target", "tvm_ext/h100", "-o", str(out_so), "--no-nvcc")
+    assert code == 0 and out_so.is_file() and out_so.stat().st_size > 0
+    assert f"wrote {out_so}" in out and "nvcc kernel check: skipped" in out
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
+def test_compile_with_nvcc_check(capsys, mlp_file, tmp_path):
+    code, out, _ = _run(capsys, "compile", str(mlp_file), "-o", str(tmp_path / "m.so"), "--nvcc")
+    assert code == 0
+    assert "nvcc kernel check: ok" in out and "sm_90" in out
+
+
+def test_check_passes_and_reports_error(capsys, mlp_file):
+    code, out, _ = _run(capsys, "check", str(mlp_file), "--preset", "baseline")
+    assert code == 0
+    assert "max rel err" in out and out.rstrip().endswith("ok")
+
+
+def test_check_mismatch_exits_1(capsys, mlp_file):
+    # fp16 against the fp32 onnxruntime reference cannot meet a zero tolerance
+    code, out, _ = _run(capsys, "check", str(mlp_file), "--fp16", "--rtol", "0", "--atol", "0")
+    assert code == 1
+    assert "MISMATCH" in out
+
+
+def test_demo_on_bundled_bert_layer(capsys):
+    code, out, _ = _run(capsys, "demo", "--target", "tvm_ext/h100", "--preset", "baseline", "--json")
+    assert code == 0
+    data = json.loads(out)
+    report = data["report"]
+    assert report["model"] == "bert_layer.onnx"
+    assert report["kernels"] >= 10 and report["distinct_kernels"] >= 5
+    assert report["kernels"] == sum(g["kernels"] for g in report["group_details"])
+    assert data["check"]["ok"] is True and data["ok"] is True
+    assert data["modelled_latency_s"] > 0
+    if shutil.which("nvcc"):
+        assert data["nvcc"]["arch"] == "sm_90" and data["nvcc_note"].startswith("ok")
+    assert (data["gpu_latency_s_measured"] is None) != (data["cpu_latency_s_measured"] is None)
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["inspect", "missing.onnx"], "missing.onnx"),
+    (["check", "missing.onnx"], "missing.onnx"),
+    (["compile", "missing.onnx", "-o", "x.so"], "missing.onnx"),
+    (["inspect", "MLP", "--shapes", "x=1xa"], "--shapes"),
+    (["inspect", "MLP", "--shapes", "x1x2"], "--shapes"),
+    (["inspect", "MLP", "--preset", "nope"], "unknown preset 'nope'"),
+    (["inspect", "MLP", "--preset", "full"], "not implemented"),
+    (["inspect", "MLP", "--target", "tvm_ext/nope"], "nope"),
+    (["compile", "MLP", "-o", "/no/such/dir/m.so"], "/no/such/dir"),
+    (["frobnicate"], "invalid choice"),
+    ([], "command is required"),
+])
+def test_bad_input_gives_one_line_error(capsys, mlp_file, argv, needle):
+    argv = [str(mlp_file) if a == "MLP" else a for a in argv]
+    code, _, err = _run(capsys, *argv)
+    _assert_one_line_error(code, err, needle)
+
+
+def test_unbound_dimension_is_a_one_line_error(capsys, free_dim_file):
+    code, _, err = _run(capsys, "inspect", str(free_dim_file))
+    _assert_one_line_error(code, err, "batch")
+
+
+def test_python_dash_m_entry_point():
+    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.run([sys.executable, "-m", "tvm_ext", "presets"], capture_output=True, text=True,
+                          cwd=REPO, env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "baseline" in proc.stdout and "implemented" in proc.stdout
+
+
+# ---------------------------------------------------------------- user-facing examples
+def _env() -> dict[str, str]:
+    return dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+
+
+def test_run_demo_script_is_the_demo_command():
+    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "run_demo.py"), "--help"], capture_output=True,
+                          text=True, cwd=REPO, env=_env(), timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "usage: tvm-ext demo" in proc.stdout and "--preset" in proc.stdout
+
+
+def test_compile_onnx_example_runs(tmp_path, mlp_file):
+    proc = subprocess.run([sys.executable, str(REPO / "python" / "compile_onnx_example.py"), str(mlp_file),
+                           "--out-dir", str(tmp_path)], capture_output=True, text=True, cwd=tmp_path, env=_env(),
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "same set of kernels in all three: True" in proc.stdout
+    assert sorted(p.name for p in tmp_path.glob("*.so")) == [f"mlp_way{i}.so" for i in (1, 2, 3)]
+
+
+def test_notebook_cells_run_in_order(capsys):
+    notebook = json.loads((REPO / "python" / "inspect_bert_layer.ipynb").read_text())
+    assert notebook["nbformat"] == 4 and notebook["metadata"]["kernelspec"]["language"] == "python"
+    cells = [c for c in notebook["cells"] if c["cell_type"] == "code"]
+    assert all(c["outputs"] == [] and "source" in c for c in cells)
+    namespace: dict = {"__name__": "__notebook__"}
+    for i, cell in enumerate(cells):
+        exec(compile("".join(cell["source"]), f"<notebook cell {i}>", "exec"), namespace)
+    capsys.readouterr()
+    report = namespace["report"]
+    assert report.model == "IRModule" and report.kernels == namespace["summary"]["kernels"]
+    assert report._repr_html_().startswith("<div")
+    assert namespace["kernel"].lstrip().startswith('extern "C" __global__')
+    assert namespace["group"].flops == max(g.flops for g in report.groups)

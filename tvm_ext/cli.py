@@ -1,0 +1,303 @@
+"""Command line: ``tvm-ext`` (also ``python -m tvm_ext``).
+
+::
+
+    tvm-ext demo [--target tvm_ext/h100] [--preset baseline]
+    tvm-ext compile model.onnx --target tvm_ext/h100 --preset baseline -o model.so [--shapes x=1x128] [--fp16]
+    tvm-ext inspect model.onnx --target tvm_ext/h100 --preset baseline [--json]
+    tvm-ext check model.onnx --preset baseline [--rtol 1e-4 --atol 1e-5]
+    tvm-ext presets
+    tvm-ext devices
+
+Errors caused by the input (missing file, bad shapes, unknown preset or target, ...) end the
+program with exit code 2 and one line on stderr, no traceback. ``check`` and ``demo`` exit
+with 1 when the numbers do not match.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, NoReturn
+
+from .errors import ModelLoadError, ShapeOverrideError, TvmExtError
+
+DEFAULT_TARGET = "tvm_ext/h100"
+DEFAULT_PRESET = "baseline"
+EXIT_MISMATCH = 1
+EXIT_USAGE = 2
+
+
+class UsageError(TvmExtError):
+    """A command-line argument is malformed (CLI only; library code raises from ``tvm_ext.errors``)."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports a usage error as one line."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{self.prog}: {message}")
+
+
+def parse_shape_arg(text: str) -> tuple[str, tuple[int, ...]]:
+    """``"input_ids=1x128"`` -> ``("input_ids", (1, 128))``.
+
+    Raises
+    ------
+    argparse.ArgumentTypeError
+        Missing ``=``, empty name, or a dimension that is not a positive integer.
+    """
+    name, sep, dims = text.rpartition("=")
+    if not sep or not name or not dims:
+        raise argparse.ArgumentTypeError(f"bad --shapes value {text!r}: expected NAME=DIMxDIM..., e.g. x=1x128")
+    try:
+        shape = tuple(int(d) for d in dims.lower().replace(",", "x").split("x"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"bad --shapes value {text!r}: dimensions must be integers") from None
+    if any(d < 1 for d in shape):
+        raise argparse.ArgumentTypeError(f"bad --shapes value {text!r}: dimensions must be positive")
+    return name, shape
+
+
+def _shapes(pairs: Sequence[tuple[str, tuple[int, ...]]] | None) -> dict[str, tuple[int, ...]] | None:
+    if not pairs:
+        return None
+    out: dict[str, tuple[int, ...]] = {}
+    for name, shape in pairs:
+        if name in out and out[name] != shape:
+            raise ShapeOverrideError(f"--shapes gives two different shapes for input '{name}'")
+        out[name] = shape
+    return out
+
+
+def _model_path(text: str) -> Path:
+    path = Path(text)
+    if not path.is_file():
+        raise ModelLoadError(f"model file not found: {text}")
+    return path
+
+
+class _Progress:
+    """Step-wise tqdm bar on stderr (silent with ``--quiet`` or when stderr is not a terminal)."""
+
+    def __init__(self, steps: Sequence[str], enabled: bool):
+        from tqdm import tqdm
+
+        # disable=None: tqdm stays silent when stderr is not a terminal (logs, pipes)
+        self._bar = tqdm(total=len(steps), desc=steps[0] if steps else "", file=sys.stderr,
+                         disable=None if enabled else True, leave=False,
+                         bar_format="{desc} [{n_fmt}/{total_fmt}] {elapsed}")
+        self._started = False
+
+    def step(self, name: str) -> None:
+        if self._started:
+            self._bar.update(1)
+        self._started = True
+        self._bar.set_description_str(name)
+
+    def close(self) -> None:
+        if self._started:
+            self._bar.update(1)
+        self._bar.close()
+
+
+def _with_progress(steps: Sequence[str], quiet: bool, body: Callable[[Callable[[str], None]], Any]) -> Any:
+    bar = _Progress(steps, not quiet)
+    try:
+        return body(bar.step)
+    finally:
+        bar.close()
+
+
+# --------------------------------------------------------------------------------------
+# commands
+# --------------------------------------------------------------------------------------
+def _cmd_compile(args: argparse.Namespace) -> int:
+    from .inspect import compile_cuda_source, inspect
+    from .inspect.kernel_check import nvcc_available
+
+    model = _model_path(args.model)
+    out = Path(args.output)
+    if not out.parent.is_dir():
+        raise UsageError(f"output directory does not exist: {out.parent}")
+    use_nvcc = nvcc_available() if args.nvcc is None else args.nvcc
+    steps = ["compile"] + (["nvcc kernel check"] if use_nvcc else []) + ["export_library"]
+
+    def body(step: Callable[[str], None]) -> tuple:
+        step("compile")
+        report = inspect(model, args.target, args.preset, shapes=_shapes(args.shapes), fp16=args.fp16,
+                         keep_source=True)
+        checked = None
+        if use_nvcc:
+            step("nvcc kernel check")
+            checked = compile_cuda_source(report.cuda_source or "", report.build.target)
+        step("export_library")
+        report.executable.export_library(str(out))
+        return report, checked
+
+    report, checked = _with_progress(steps, args.quiet, body)
+    print(f"wrote {out}: preset {report.preset}, target {report.target}, {report.kernels} kernel launches "
+          f"({report.distinct_kernels} distinct kernels), compiled in {report.compile_seconds:.2f} s; "
+          "CUDA source embedded (compiled by the GPU machine when it loads the file)")
+    if checked is not None:
+        print(f"nvcc kernel check: ok, {report.distinct_kernels} kernels compiled for {checked.arch} "
+              f"in {checked.seconds:.2f} s")
+    else:
+        print("nvcc kernel check: skipped" + ("" if args.nvcc is False else " (nvcc not found)"))
+    return 0
+
+
+def _cmd_inspect(args: argparse.Namespace) -> int:
+    from .inspect import inspect
+
+    model = _model_path(args.model)
+
+    def body(step: Callable[[str], None]):
+        step("compile + report")
+        return inspect(model, args.target, args.preset, shapes=_shapes(args.shapes), fp16=args.fp16,
+                       keep_source=args.cuda is not None)
+
+    report = _with_progress(["compile + report"], args.quiet, body)
+    if args.cuda is not None:
+        Path(args.cuda).write_text(report.cuda_source or "")
+    print(json.dumps(report.to_json(), indent=2) if args.json else report.to_table())
+    return 0
+
+
+def _cmd_check(args: argparse.Namespace) -> int:
+    from .testing.oracle import check_model
+
+    model = _model_path(args.model)
+
+    def body(step: Callable[[str], None]):
+        step("CPU build + onnxruntime")
+        return check_model(str(model), args.preset, shapes=_shapes(args.shapes), fp16=args.fp16, seed=args.seed,
+                           rtol=args.rtol, atol=args.atol)
+
+    result = _with_progress(["CPU build + onnxruntime"], args.quiet, body)
+    print(result.message())
+    return 0 if result.ok else EXIT_MISMATCH
+
+
+def _cmd_presets(_args: argparse.Namespace) -> int:
+    from .pipeline import list_presets
+
+    presets = list_presets()
+    width = max(len(p.name) for p in presets)
+    for p in presets:
+        state = "implemented" if p.implemented else "planned"
+        techniques = ", ".join(p.techniques) or "-"
+        print(f"{p.name.ljust(width)}  {state:<11}  {p.description}  [techniques: {techniques}]")
+    return 0
+
+
+def _cmd_devices(_args: argparse.Namespace) -> int:
+    from .hardware import list_devices, load_device
+    from .inspect.render import text_table
+
+    rows = []
+    for name in list_devices():
+        d = load_device(name)
+        fp16 = d.peak_flops.get("float16")
+        rows.append([d.name, d.full_name, d.arch, str(d.sm_count), f"{d.dram_bandwidth_bytes_per_s / 1e12:.2f}",
+                     f"{d.peak_flops_for('float32') / 1e12:.1f}", "-" if fp16 is None else f"{fp16 / 1e12:.1f}",
+                     f"{d.l2_cache_bytes / 2**20:.0f}", f"{d.max_shared_memory_per_block_optin // 1024}",
+                     f"tvm_ext/{d.name}"])
+    head = ["name", "device", "arch", "SMs", "DRAM TB/s", "FP32 TFLOP/s", "FP16 TFLOP/s", "L2 MiB",
+            "smem/block KiB", "target tag"]
+    print(text_table(head, rows))
+    return 0
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from .inspect.demo import DEMO_STEPS, run_demo
+
+    result = _with_progress(DEMO_STEPS, args.quiet, lambda step: run_demo(
+        args.target, args.preset, model=args.model, progress=step))
+    print(json.dumps(result.to_json(), indent=2) if args.json else result.render())
+    return 0 if result.ok else EXIT_MISMATCH
+
+
+# --------------------------------------------------------------------------------------
+# parser
+# --------------------------------------------------------------------------------------
+def _add_model_options(p: argparse.ArgumentParser, target: bool = True) -> None:
+    p.add_argument("model", help="ONNX model file")
+    if target:
+        p.add_argument("--target", default=DEFAULT_TARGET, help=f"GPU target or tag (default {DEFAULT_TARGET})")
+    p.add_argument("--preset", default=DEFAULT_PRESET, help=f"preset (default {DEFAULT_PRESET}; see `tvm-ext presets`)")
+    p.add_argument("--shapes", action="append", type=parse_shape_arg, metavar="NAME=DIMS",
+                   help="static shape of an input, e.g. input_ids=1x128 (repeatable)")
+    p.add_argument("--fp16", action="store_true", help="convert the model to float16")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``tvm-ext`` argument parser."""
+    parser = _Parser(prog="tvm-ext", description="Fast DNN inference on NVIDIA GPUs with Apache TVM 0.27.")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log progress details")
+    parser.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+
+    p = sub.add_parser("compile", help="compile an ONNX model and export it as a shared library")
+    _add_model_options(p)
+    p.add_argument("-o", "--output", required=True, help="output file (.so)")
+    p.add_argument("--nvcc", action=argparse.BooleanOptionalAction, default=None,
+                   help="also compile the generated CUDA source with nvcc as a kernel check "
+                        "(default: on when nvcc is on PATH)")
+    p.set_defaults(func=_cmd_compile)
+
+    p = sub.add_parser("inspect", help="report kernels, fused groups, traffic and fallbacks")
+    _add_model_options(p)
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.add_argument("--cuda", metavar="FILE", help="also write the generated CUDA source to FILE")
+    p.set_defaults(func=_cmd_inspect)
+
+    p = sub.add_parser("check", help="check the preset's CPU build against onnxruntime")
+    _add_model_options(p, target=False)
+    p.add_argument("--rtol", type=float, default=None, help="relative tolerance (default 1e-4, fp16 2e-2)")
+    p.add_argument("--atol", type=float, default=None, help="absolute tolerance (default 1e-5, fp16 2e-2)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+    p.set_defaults(func=_cmd_check)
+
+    p = sub.add_parser("presets", help="list presets")
+    p.set_defaults(func=_cmd_presets)
+    p = sub.add_parser("devices", help="list device descriptions and their key numbers")
+    p.set_defaults(func=_cmd_devices)
+
+    p = sub.add_parser("demo", help="bundled BERT layer: compile for CUDA, check on CPU, report")
+    p.add_argument("--target", default=DEFAULT_TARGET, help=f"GPU target or tag (default {DEFAULT_TARGET})")
+    p.add_argument("--preset", default=DEFAULT_PRESET, help=f"preset (default {DEFAULT_PRESET})")
+    p.add_argument("--model", default=None, help="another ONNX model instead of the bundled BERT layer")
+    p.add_argument("--json", action="store_true", help="print JSON instead of text")
+    p.set_defaults(func=_cmd_demo)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``tvm-ext`` with ``argv`` (default ``sys.argv[1:]``); returns the exit code."""
+    try:
+        args = build_parser().parse_args(argv)
+        if args.command is None:
+            raise UsageError("tvm-ext: a command is required (compile, inspect, check, presets, devices, demo)")
+        logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, stream=sys.stderr,
+                            format="%(levelname)s %(name)s: %(message)s")
+        return int(args.func(args))
+    except TvmExtError as err:
+        return _fail(str(err))
+    except OSError as err:  # unreadable input, unwritable output
+        return _fail(f"{err.strerror or err}: {err.filename}" if err.filename else str(err))
+    except KeyboardInterrupt:
+        return _fail("interrupted")
+
+
+def _fail(message: str) -> int:
+    """Print ``message`` as one line on stderr; the exit code for input errors."""
+    text = " ".join(message.split()) or "error"
+    print(f"error: {text}", file=sys.stderr)
+    return EXIT_USAGE
+
+
+__all__ = ["main", "build_parser", "parse_shape_arg", "UsageError"]

@@ -1,0 +1,166 @@
+"""The end-to-end demo: bundled BERT layer -> CUDA with a preset -> checked -> reported.
+
+Steps of :func:`run_demo` (no GPU needed):
+
+1. compile the bundled model (:data:`tvm_ext.models.BUNDLED_FILE`, a BERT encoder layer) for
+   the CUDA target with the preset and build the report (:func:`tvm_ext.inspect.inspect`);
+2. compile the generated CUDA source with nvcc for the target's arch, when nvcc exists;
+3. check the preset's graph-level result on the CPU against onnxruntime
+   (:func:`tvm_ext.testing.check_model`);
+4. speed: the measured latency when a CUDA GPU is present; otherwise the *modelled*
+   roofline lower bound and the measured latency of the checked CPU (llvm) build.
+
+``tvm-ext demo`` and ``scripts/run_demo.py`` print :meth:`DemoResult.render`.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import tvm
+
+from .kernel_check import NvccResult, compile_cuda_source, nvcc_available
+from .render import human_seconds
+from .report import Report, inspect
+
+#: Steps reported to the ``progress`` callback of :func:`run_demo`, in order.
+DEMO_STEPS = ("compile for CUDA + report", "nvcc kernel check", "CPU check vs onnxruntime", "latency")
+
+
+@dataclass
+class DemoResult:
+    """Everything the demo found; ``ok`` is the numerical check's verdict."""
+
+    report: Report
+    nvcc: NvccResult | None
+    nvcc_note: str
+    check: Any  # tvm_ext.testing.CheckResult
+    gpu_latency_s: float | None
+    cpu_latency_s: float | None
+
+    @property
+    def ok(self) -> bool:
+        """Whether the CPU check against onnxruntime passed."""
+        return bool(self.check.ok)
+
+    def speed_lines(self) -> list[str]:
+        """The latency lines, each labelled measured / modelled."""
+        lines = []
+        if self.gpu_latency_s is not None:
+            lines.append(f"latency on {self.report.device} GPU (measured): {human_seconds(self.gpu_latency_s)}")
+        else:
+            lines.append("no CUDA GPU here: latency not measured on the GPU")
+        lines.append(f"latency lower bound on {self.report.device} (modelled roofline, not measured): "
+                     f"{human_seconds(self.report.modelled_latency_s)}")
+        if self.cpu_latency_s is not None:
+            lines.append(f"latency of the checked CPU (llvm) build (measured on this CPU): "
+                         f"{human_seconds(self.cpu_latency_s)}")
+        return lines
+
+    def render(self) -> str:
+        """The demo's text output."""
+        check = self.check.message()
+        parts = [self.report.to_table(), "",
+                 f"nvcc kernel check: {self.nvcc_note}",
+                 f"CPU check vs onnxruntime: {check}",
+                 *self.speed_lines(),
+                 f"demo: {'PASS' if self.ok else 'FAIL'}"]
+        return "\n".join(parts)
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON-serialisable form (the report plus check, nvcc and speed)."""
+        return {
+            "report": self.report.to_json(),
+            "nvcc": None if self.nvcc is None else {"arch": self.nvcc.arch, "seconds": round(self.nvcc.seconds, 3),
+                                                     "binary_bytes": self.nvcc.binary_bytes},
+            "nvcc_note": self.nvcc_note,
+            "check": {"ok": self.ok, "max_rel_err": float(self.check.max_rel_err),
+                      "max_abs_err": float(self.check.max_abs_err), "rtol": self.check.rtol, "atol": self.check.atol},
+            "gpu_latency_s_measured": self.gpu_latency_s,
+            "modelled_latency_s": self.report.modelled_latency_s,
+            "cpu_latency_s_measured": self.cpu_latency_s,
+            "ok": self.ok,
+        }
+
+
+def gpu_available() -> bool:
+    """Whether a CUDA GPU can run kernels in this process."""
+    try:
+        return bool(tvm.cuda(0).exist)
+    except (RuntimeError, ValueError):  # no CUDA runtime in this build / no driver
+        return False
+
+
+def measure_latency(executable: tvm.runtime.Executable, inputs: Mapping[str, np.ndarray], dev: tvm.runtime.Device,
+                    *, number: int = 10, repeat: int = 3) -> float:
+    """Mean seconds of one call of ``main`` on ``dev`` (inputs in ``main``'s parameter order)."""
+    from tvm import relax
+
+    vm = relax.VirtualMachine(executable, dev)
+    args = [tvm.runtime.tensor(np.ascontiguousarray(v), dev) for v in inputs.values()]
+    vm["main"](*args)  # warm up (and, on a GPU, load the kernels)
+    return float(vm.time_evaluator("main", dev, number=number, repeat=repeat)(*args).mean)
+
+
+def _cpu_latency(mod: tvm.IRModule, preset: str, inputs: Mapping[str, np.ndarray]) -> float:
+    from ..testing.oracle import build_cpu
+
+    vm = build_cpu(mod, preset)
+    args = [tvm.runtime.tensor(np.ascontiguousarray(v)) for v in inputs.values()]
+    vm["main"](*args)
+    return float(vm.time_evaluator("main", tvm.cpu(), number=1, repeat=3)(*args).mean)
+
+
+def run_demo(target: str = "tvm_ext/h100", preset: str = "baseline", *, model: str | Path | None = None,
+             progress: Callable[[str], None] | None = None, measure_cpu: bool = True) -> DemoResult:
+    """Run the demo (see the module docstring) and return what it found.
+
+    Parameters
+    ----------
+    target : str
+        GPU target, e.g. ``"tvm_ext/h100"``.
+    preset : str
+        Preset name.
+    model : path, optional
+        ONNX model; default the bundled BERT layer.
+    progress : callable, optional
+        Called with each step's name (:data:`DEMO_STEPS`) before it starts.
+    measure_cpu : bool
+        Measure the CPU build's latency when there is no GPU.
+    """
+    from ..frontend import from_onnx, random_inputs
+    from ..models import BUNDLED_FILE
+    from ..testing.oracle import check_model
+
+    path = Path(model) if model is not None else BUNDLED_FILE
+    step = progress or (lambda _name: None)
+
+    step(DEMO_STEPS[0])
+    mod = from_onnx(path)
+    report = inspect(mod, target, preset, keep_source=True)
+    report.model = path.name
+
+    step(DEMO_STEPS[1])
+    nvcc_result = None
+    if nvcc_available():
+        nvcc_result = compile_cuda_source(report.cuda_source or "", report.build.target)
+        note = (f"ok: {report.distinct_kernels} kernels compiled for {nvcc_result.arch} "
+                f"in {nvcc_result.seconds:.2f} s")
+    else:
+        note = "skipped (nvcc not found)"
+
+    step(DEMO_STEPS[2])
+    check = check_model(str(path), preset)
+
+    step(DEMO_STEPS[3])
+    inputs = random_inputs(mod, seed=0)
+    gpu_s = cpu_s = None
+    if gpu_available():
+        gpu_s = measure_latency(report.executable, inputs, tvm.cuda(0))
+    elif measure_cpu:
+        cpu_s = _cpu_latency(mod, preset, inputs)
+    return DemoResult(report=report, nvcc=nvcc_result, nvcc_note=note, check=check,
+                      gpu_latency_s=gpu_s, cpu_latency_s=cpu_s)

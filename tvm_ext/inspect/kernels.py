@@ -1,0 +1,211 @@
+"""Count GPU kernel launches from compiled artefacts.
+
+Launches per inference = for every PrimFunc the VM calls during one call of ``main``:
+(calls of that PrimFunc) x (device kernels it launches per call).
+
+* Calls are read from the lowered Relax ``main`` (after ``CallTIRRewrite`` a call of a
+  PrimFunc is a plain ``Call`` whose ``op`` is its ``GlobalVar``); calls of other Relax
+  functions (and Relax functions passed by ``GlobalVar``, e.g. CUDA-graph capture
+  functions) are followed.
+* Kernels per call are read from the TIR after host/device splitting: the host function of
+  a PrimFunc launches its device kernels (``<func>_kernel``, ``<func>_kernel_1``, ...)
+  through ``tirx.call_ffi_kernel``; a launch inside a host loop counts once per iteration.
+* :func:`launch_regions` gives the same number from the scheduled PrimFunc alone (outermost
+  ``blockIdx``/``threadIdx`` bound loops or ``thread_extent`` attributes).
+"""
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass
+
+import tvm
+import tvm_ffi
+from tvm import relax, tirx
+
+_CALL_FFI_KERNEL = "tirx.call_ffi_kernel"
+_GLOBAL_DEF = re.compile(r"__global__\s+void\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?(\w+)\s*\(")
+
+
+@dataclass(frozen=True)
+class KernelLaunches:
+    """Launch facts of one PrimFunc.
+
+    Attributes
+    ----------
+    func : str
+        PrimFunc name (its ``GlobalVar``).
+    calls : int
+        Calls per inference from the lowered ``main``.
+    kernels_per_call : int
+        Device kernels one call launches.
+    kernel_names : tuple of str
+        Names of those device kernels (``__global__`` functions).
+    """
+
+    func: str
+    calls: int
+    kernels_per_call: int
+    kernel_names: tuple[str, ...]
+
+    @property
+    def launches(self) -> int:
+        """Kernel launches per inference caused by this PrimFunc."""
+        return self.calls * self.kernels_per_call
+
+
+def primfunc_calls(mod: tvm.IRModule, entry: str = "main") -> Counter:
+    """How often one call of ``entry`` calls each PrimFunc (by name), following Relax calls."""
+    counts: Counter = Counter()
+    known = {gv.name_hint: gv for gv in mod.get_global_vars()}
+    _count_calls(mod, known, known[entry], 1, counts, ())
+    return counts
+
+
+def _count_calls(mod: tvm.IRModule, known: dict, gvar: tvm.ir.GlobalVar, times: int, counts: Counter,
+                 stack: tuple[str, ...]) -> None:
+    func = mod[gvar]
+    if isinstance(func, tirx.PrimFunc):
+        counts[gvar.name_hint] += times
+        return
+    if not isinstance(func, relax.Function) or gvar.name_hint in stack:
+        return  # external functions; recursion is not unrolled
+    refs: list[tvm.ir.GlobalVar] = []
+    tvm_ffi.structural_walk(func.body, (tvm.ir.GlobalVar, refs.append))
+    for ref in refs:
+        if ref.name_hint in known:
+            _count_calls(mod, known, known[ref.name_hint], times, counts, stack + (gvar.name_hint,))
+
+
+def _const_extent(loop: tirx.For) -> int:
+    ext = loop.extent
+    return int(ext.value) if isinstance(ext, tirx.IntImm) else 1
+
+
+def host_kernel_launches(host_func: tirx.PrimFunc) -> list[str]:
+    """Device kernels one call of a host function launches, one entry per launch."""
+    launched: list[str] = []
+    factor = [1]
+
+    def on_for(node: tirx.For, visitor) -> None:
+        factor.append(factor[-1] * _const_extent(node))
+        visitor.default_visit(node)
+        factor.pop()
+
+    def on_call(node: tvm.ir.Call, visitor) -> None:
+        if isinstance(node.op, tvm.ir.Op) and node.op.name == _CALL_FFI_KERNEL:
+            launched.extend([str(node.args[0].value)] * factor[-1])
+        visitor.default_visit(node)
+
+    tvm_ffi.structural_visit(host_func.body, [(tirx.For, on_for), (tvm.ir.Call, on_call)])
+    return launched
+
+
+def _is_launch_tag(tag: str) -> bool:
+    return tag.startswith(("blockIdx", "threadIdx"))
+
+
+def launch_regions(func: tirx.PrimFunc) -> int:
+    """Kernels one call of a scheduled PrimFunc launches, counted from its loop structure.
+
+    Each outermost ``blockIdx``/``threadIdx`` bound loop (or ``thread_extent`` attribute)
+    starts one kernel; a region nested in serial loops launches once per iteration.
+    """
+    total = 0
+    factor = [1]
+
+    def on_for(node: tirx.For, visitor) -> None:
+        nonlocal total
+        binding = node.thread_binding
+        if node.kind == tirx.ForKind.THREAD_BINDING and binding is not None \
+                and _is_launch_tag(str(binding.thread_tag)):
+            total += factor[-1]
+            return  # everything below belongs to this kernel
+        factor.append(factor[-1] * _const_extent(node))
+        visitor.default_visit(node)
+        factor.pop()
+
+    def on_attr(node: tirx.AttrStmt, visitor) -> None:
+        nonlocal total
+        if node.attr_key == "thread_extent" and _is_launch_tag(str(node.node.thread_tag)):
+            total += factor[-1]
+            return
+        visitor.default_visit(node)
+
+    tvm_ffi.structural_visit(func.body, [(tirx.For, on_for), (tirx.AttrStmt, on_attr)])
+    return total
+
+
+def device_kernels(lowered: tvm.IRModule, target: tvm.target.Target,
+                   tir_pipeline: str = "default") -> dict[str, list[str]]:
+    """Device kernels launched per call of each PrimFunc of a lowered module.
+
+    Runs the TIR pipeline ``tvm.compile`` uses (``tir_pipeline``) on the module's PrimFuncs
+    and reads the host functions after host/device splitting.
+    """
+    prims = {gv: f for gv, f in lowered.functions_items() if isinstance(f, tirx.PrimFunc)}
+    if not prims:
+        return {}
+    tir_mod = tvm.IRModule(prims)
+    host = target.host if target.host is not None else tvm.target.Target(
+        "llvm" if tvm.runtime.enabled("llvm") else "c")
+    tir_mod = tirx.transform.BindTarget(target.with_host(host))(tir_mod)
+    pipeline, _, _ = tirx.get_tir_pipeline(tir_pipeline)
+    with target:
+        split = pipeline(tir_mod)
+    names = {gv.name_hint for gv in prims}
+    return {gv.name_hint: host_kernel_launches(f) for gv, f in split.functions_items()
+            if gv.name_hint in names and isinstance(f, tirx.PrimFunc)}
+
+
+def kernel_launches(lowered: tvm.IRModule, target: tvm.target.Target, entry: str = "main") -> list[KernelLaunches]:
+    """Per-PrimFunc launch facts for one call of ``entry``, in call-count order."""
+    calls = primfunc_calls(lowered, entry)
+    kernels = device_kernels(lowered, target)
+    return [KernelLaunches(func=name, calls=count, kernels_per_call=len(kernels.get(name, [])),
+                           kernel_names=tuple(dict.fromkeys(kernels.get(name, []))))
+            for name, count in calls.most_common()]
+
+
+def cuda_source(executable: tvm.runtime.Executable) -> str:
+    """CUDA source of a VM executable built for a CUDA target ('' when there is none)."""
+    found: list[str] = []
+
+    def visit(module, depth: int) -> None:
+        if module.kind == "cuda":
+            found.append(module.inspect_source())
+        if depth < 4:
+            for child in module.imports:
+                visit(child, depth + 1)
+
+    visit(executable.mod, 0)
+    return "\n".join(found)
+
+
+def global_kernel_names(source: str) -> list[str]:
+    """Distinct ``__global__`` function names of a CUDA source, in order of appearance."""
+    return list(dict.fromkeys(_GLOBAL_DEF.findall(source)))
+
+
+def kernel_source(source: str, name: str) -> str:
+    """The definition of the ``__global__`` function ``name`` in a CUDA source (signature and body).
+
+    Raises
+    ------
+    KeyError
+        No definition of ``name`` in ``source``.
+    """
+    for match in _GLOBAL_DEF.finditer(source):
+        if match.group(1) != name:
+            continue
+        head = source.rfind("\n", 0, match.start()) + 1
+        brace = source.find("{", match.end())
+        semicolon = source.find(";", match.end())
+        if brace < 0 or 0 <= semicolon < brace:
+            continue  # a declaration, not the definition
+        depth = 0
+        for pos in range(brace, len(source)):
+            depth += {"{": 1, "}": -1}.get(source[pos], 0)
+            if depth == 0:
+                return source[head:pos + 1]
+    raise KeyError(f"no definition of __global__ function '{name}' in the CUDA source")

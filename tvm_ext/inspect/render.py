@@ -1,0 +1,126 @@
+"""Text and HTML views of a :class:`tvm_ext.inspect.Report`.
+
+Every name that comes from the model (op, group, kernel, reason) is HTML-escaped in the
+HTML view.
+"""
+from __future__ import annotations
+
+import html
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    from .report import Report
+
+
+def human_bytes(n: float) -> str:
+    """``1536`` -> ``'1.50 KiB'``."""
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(value) < 1024 or unit == "GiB":
+            return f"{int(value)} B" if unit == "B" else f"{value:.2f} {unit}"
+        value /= 1024
+    return f"{value:.2f} GiB"  # pragma: no cover - loop always returns
+
+
+def human_flops(n: float) -> str:
+    """``2.5e9`` -> ``'2.50 GFLOP'``."""
+    value = float(n)
+    for unit in ("", "K", "M", "G", "T"):
+        if abs(value) < 1000 or unit == "T":
+            return f"{int(value)} FLOP" if not unit else f"{value:.2f} {unit}FLOP"
+        value /= 1000
+    return f"{value:.2f} TFLOP"  # pragma: no cover - loop always returns
+
+
+def human_seconds(s: float) -> str:
+    """``1.5e-5`` -> ``'15.00 us'`` (s, ms, us or ns)."""
+    if s >= 1:
+        return f"{s:.2f} s"
+    if s >= 1e-3:
+        return f"{s * 1e3:.2f} ms"
+    if s >= 1e-6:
+        return f"{s * 1e6:.2f} us"
+    return f"{s * 1e9:.1f} ns"
+
+
+def summary_lines(report: "Report") -> list[tuple[str, str]]:
+    """(label, value) pairs shown above the tables."""
+    return [
+        ("model", report.model),
+        ("preset", report.preset),
+        ("target", report.target),
+        ("device", report.device),
+        ("kernel launches / inference", str(report.kernels)),
+        ("distinct kernels (__global__)", str(report.distinct_kernels)),
+        ("fused groups", str(len(report.groups))),
+        ("modelled global traffic", f"{human_bytes(report.traffic_bytes)} (whole model as one kernel "
+                                     f"{human_bytes(report.min_traffic_bytes)}, unfused {human_bytes(report.unfused_traffic_bytes)})"),
+        ("flops", f"{human_flops(report.flops)} ({report.dtype})"),
+        ("latency lower bound (modelled roofline)",
+         f"{human_seconds(report.modelled_latency_s)} (compute {human_seconds(report.modelled_compute_s)}, "
+         f"memory {human_seconds(report.modelled_memory_s)})"),
+        ("fallback ops", str(len(report.fallback_ops))),
+        ("compile time", human_seconds(report.compile_seconds)),
+    ]
+
+
+def _group_rows(report: "Report") -> list[list[str]]:
+    return [[str(i), g.name, " + ".join(g.ops), ",".join(sorted(set(g.op_classes))), human_flops(g.flops),
+             human_bytes(g.traffic_bytes), str(g.kernels)] for i, g in enumerate(report.groups)]
+
+
+_GROUP_HEAD = ["#", "group", "ops", "classes", "flops", "traffic", "kernels"]
+_LAUNCH_HEAD = ["PrimFunc", "calls", "kernels/call", "launches", "schedule rule"]
+_FALLBACK_HEAD = ["op", "kind", "reason"]
+
+
+def _launch_rows(report: "Report") -> list[list[str]]:
+    return [[k.func, str(k.calls), str(k.kernels_per_call), str(k.launches), report.schedule_rules.get(k.func, "-")]
+            for k in report.launches]
+
+
+def _fallback_rows(report: "Report") -> list[list[str]]:
+    return [[f.op + (f" ({' + '.join(f.ops)})" if f.ops else ""), f.kind, f.reason] for f in report.fallback_ops]
+
+
+def text_table(head: list[str], rows: list[list[str]], max_width: int = 60) -> str:
+    """A plain aligned table; cells longer than ``max_width`` are cut with '...'."""
+    cut = [[c if len(c) <= max_width else c[: max_width - 3] + "..." for c in row] for row in [head] + rows]
+    widths = [max(len(row[i]) for row in cut) for i in range(len(head))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in cut]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def report_table(report: "Report") -> str:
+    """The whole report as text."""
+    label_width = max(len(label) for label, _ in summary_lines(report))
+    parts = ["\n".join(f"{label.ljust(label_width)}  {value}" for label, value in summary_lines(report)),
+             "fused groups:\n" + text_table(_GROUP_HEAD, _group_rows(report)),
+             "kernel launches:\n" + text_table(_LAUNCH_HEAD, _launch_rows(report))]
+    if report.fallback_ops:
+        parts.append("left to default lowering:\n" + text_table(_FALLBACK_HEAD, _fallback_rows(report), 120))
+    else:
+        parts.append("left to default lowering: none")
+    return "\n\n".join(parts)
+
+
+def _html_table(head: list[str], rows: list[list[str]]) -> str:
+    esc = html.escape
+    header = "".join(f"<th>{esc(h)}</th>" for h in head)
+    body = "".join("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in row) + "</tr>" for row in rows)
+    return f"<table><thead><tr>{header}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def report_html(report: "Report") -> str:
+    """The whole report as an HTML fragment (for notebooks)."""
+    esc = html.escape
+    summary = "".join(f"<tr><th style='text-align:left'>{esc(k)}</th><td>{esc(v)}</td></tr>"
+                      for k, v in summary_lines(report))
+    parts = [f"<div class='tvm-ext-report'><table>{summary}</table>",
+             "<h4>fused groups</h4>", _html_table(_GROUP_HEAD, _group_rows(report)),
+             "<h4>kernel launches</h4>", _html_table(_LAUNCH_HEAD, _launch_rows(report)),
+             "<h4>left to default lowering</h4>",
+             _html_table(_FALLBACK_HEAD, _fallback_rows(report)) if report.fallback_ops else "<p>none</p>",
+             "</div>"]
+    return "".join(parts)
