@@ -11,6 +11,21 @@ from __future__ import annotations
 
 import logging
 
+# Defined before anything imports tvm: `import tvm_ext` imports tvm, whose backend autoload
+# calls back into this (still initializing) module. Registration then happens below.
+_INITIALIZING = True
+
+
+def _autoload() -> None:
+    """Entry point run by ``import tvm`` (``tvm.backends``): registers tags and pipelines."""
+    if _INITIALIZING:
+        return
+    try:
+        _register()
+    except TvmExtError as err:  # a broken device yaml must not break `import tvm`
+        _LOG.warning("tvm_ext autoload skipped: %s", err)
+
+
 from . import errors
 from .errors import TvmExtError
 from .hardware import DeviceSpec, device_from_target, list_devices, load_device, register_target_tags
@@ -35,15 +50,8 @@ def _register() -> None:
     register_pipelines()
 
 
-def _autoload() -> None:
-    """Entry point run by ``import tvm`` (``tvm.backends``): registers tags and pipelines."""
-    try:
-        _register()
-    except TvmExtError as err:  # a broken device yaml must not break `import tvm`
-        _LOG.warning("tvm_ext autoload skipped: %s", err)
-
-
 _register()
+_INITIALIZING = False
 
 __all__ = [
     "errors", "TvmExtError", "DeviceSpec", "device_from_target", "list_devices", "load_device",

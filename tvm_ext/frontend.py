@@ -46,6 +46,9 @@ _CONTRIB_OPS = {
     }),
 }
 _DEFAULT_DOMAINS = ("", "ai.onnx")
+#: Default-domain ops whose name TVM's converter table maps to a contrib op of another
+#: domain with different semantics (ONNX opset-23 Attention vs com.microsoft.Attention).
+_MISMATCHED_DEFAULT_OPS = frozenset({"Attention"})
 #: Ops the importer handles outside its converter table.
 _DIRECTLY_HANDLED = frozenset({"If"})
 
@@ -170,7 +173,8 @@ def unsupported_ops(model: onnx.ModelProto) -> dict[str, int]:
     for node in _iter_nodes(model.graph):
         domain = node.domain or ""
         if domain in _DEFAULT_DOMAINS:
-            ok = node.op_type in convert_map or node.op_type in _DIRECTLY_HANDLED
+            ok = ((node.op_type in convert_map or node.op_type in _DIRECTLY_HANDLED)
+                  and node.op_type not in _MISMATCHED_DEFAULT_OPS)
             key = node.op_type
         else:
             ok = node.op_type in _CONTRIB_OPS.get(domain, ()) and node.op_type in convert_map
