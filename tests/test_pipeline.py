@@ -94,3 +94,14 @@ def test_graph_stage_fuses_and_is_target_independent(llvm_target):
                    for _, f in fused.functions_items() if isinstance(f, tvm.tirx.PrimFunc))
     ex = tvm.compile(fused, llvm_target, relax_pipeline="default_build")
     assert relax.VirtualMachine(ex, tvm.cpu())["main"] is not None
+
+
+def test_tvm_compile_bert_layer_with_tvm_ext_pipeline():
+    from tvm_ext.frontend import from_onnx
+    from tvm_ext.models import BUNDLED_FILE
+
+    mod = from_onnx(BUNDLED_FILE)
+    ex = tvm.compile(mod, target="tvm_ext/h100", relax_pipeline="tvm_ext")
+    src = _cuda_source(ex)
+    assert src.count("__global__") >= 8  # projections, attention, softmax, layer norms, FFN
+    assert "softmax" in src and "layer_norm" in src
