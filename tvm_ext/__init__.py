@@ -10,6 +10,7 @@ Importing the package registers the ``tvm_ext/<device>`` target tags and the
 from __future__ import annotations
 
 import logging
+import os
 
 # Defined before anything imports tvm: `import tvm_ext` imports tvm, whose backend autoload
 # calls back into this (still initializing) module. Registration then happens below.
@@ -28,24 +29,33 @@ def _autoload() -> None:
 
 from . import errors
 from .errors import TvmExtError
-from .hardware import DeviceSpec, device_from_target, list_devices, load_device, register_target_tags
-from .pipeline import (
-    DEFAULT_PRESET,
-    Preset,
-    compile,
-    get_preset,
-    graph_passes,
-    list_presets,
-    preset_pipeline,
-    register_pipelines,
-    use_preset,
-)
 
 __version__ = "0.1.0"
 _LOG = logging.getLogger(__name__)
 
+#: With a runtime-only TVM (``TVM_USE_RUNTIME_LIB=1``: no compiler library) only the runtime
+#: side of the package works (e.g. ``python -m tvm_ext.bench.run``); the compiler APIs below
+#: would fail to import, so they are not loaded.
+RUNTIME_ONLY = os.environ.get("TVM_USE_RUNTIME_LIB", "0") not in ("", "0")
+
+if not RUNTIME_ONLY:
+    from .hardware import DeviceSpec, device_from_target, list_devices, load_device, register_target_tags
+    from .pipeline import (
+        DEFAULT_PRESET,
+        Preset,
+        compile,
+        get_preset,
+        graph_passes,
+        list_presets,
+        preset_pipeline,
+        register_pipelines,
+        use_preset,
+    )
+
 
 def _register() -> None:
+    if RUNTIME_ONLY:
+        return
     register_target_tags()
     register_pipelines()
 

@@ -117,6 +117,7 @@ def _with_progress(steps: Sequence[str], quiet: bool, body: Callable[[Callable[[
 # --------------------------------------------------------------------------------------
 def _cmd_compile(args: argparse.Namespace) -> int:
     from .inspect import compile_cuda_source, inspect
+    from .cutlass import export_library
     from .inspect.kernel_check import nvcc_available
 
     model = _model_path(args.model)
@@ -135,7 +136,7 @@ def _cmd_compile(args: argparse.Namespace) -> int:
             step("nvcc kernel check")
             checked = compile_cuda_source(report.cuda_source or "", report.build.target)
         step("export_library")
-        report.executable.export_library(str(out))
+        export_library(report.executable, out)
         return report, checked
 
     report, checked = _with_progress(steps, args.quiet, body)

@@ -56,6 +56,13 @@ def _default_lower(target: tvm.target.Target) -> PassList:
     return cuda.dataflow_lower_passes(target) + cuda.finalize_passes(target)
 
 
+def _cutlass_graph(target: tvm.target.Target) -> PassList:
+    """Bolt: offload GEMM/conv (+epilogues) to CUTLASS, then the baseline graph stage."""
+    from .cutlass import offload_passes
+
+    return offload_passes(target) + _baseline_graph(target)
+
+
 @dataclass(frozen=True)
 class Preset:
     """A named combination of techniques.
@@ -198,7 +205,7 @@ def compile(  # noqa: A001 - mirrors tvm.compile
     Example
     -------
     >>> ex = tvm_ext.compile("bert_layer.onnx", "tvm_ext/h100", preset="baseline")
-    >>> ex.export_library("bert_layer.so")
+    >>> tvm_ext.cutlass.export_library(ex, "bert_layer.so")  # adds -lcudart if CUTLASS code is inside
     """
     mod = load_module(model, shapes=shapes, fp16=fp16)
     tgt = target if isinstance(target, tvm.target.Target) else tvm.target.Target(target)
@@ -226,12 +233,13 @@ def _planned(name: str, description: str, techniques: tuple[str, ...]) -> Preset
 
 register_preset(Preset("baseline", "TVM 0.27's default CUDA pipeline, unchanged (dlight schedules)",
                        graph=_baseline_graph))
+register_preset(Preset("cutlass", "Bolt: GEMM/conv offload to CUTLASS with epilogue fusion, then baseline",
+                       techniques=("cutlass",), graph=_cutlass_graph))
 for _name, _desc, _tech in [
     ("stitch", "AStitch: memory-intensive subgraphs stitched into one kernel", ("stitch",)),
     ("tilegraph", "Welder: tile-graph fusion across memory levels", ("tilegraph",)),
     ("orchestrate", "Korch: operator fission + optimal kernel selection (BLP)", ("fission", "orchestrate")),
     ("subprogram", "SOUFFLE: global analysis, grid-synced multi-stage kernels", ("subprogram",)),
-    ("cutlass", "Bolt: GEMM/conv offload to CUTLASS with epilogue fusion", ("cutlass",)),
     ("full", "every technique, one selector over all candidates",
      ("cutlass", "fission", "stitch", "tilegraph", "subprogram", "orchestrate")),
 ]:

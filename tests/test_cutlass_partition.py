@@ -1,0 +1,238 @@
+"""Partition tests for the CUTLASS offload: Before/Expected TVMScript per pattern and epilogue,
+and what must stay in the graph (tvm.ir.assert_structural_equal)."""
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+import tvm
+from tvm.script import from_source
+
+from tvm_ext.cutlass import partition_for_cutlass, cutlass_patterns
+from tvm_ext.cutlass.epilogue import ACTIVATIONS, Epilogue
+from tvm_ext.cutlass.patterns import CompositeName
+
+# Operator cases: (params, op line producing `y`, relax ops in the line(s), param names used first-to-last)
+OPS = {
+    "matmul": dict(params={"x": ((64, 32), "{dt}"), "w": ((32, 48), "{dt}")},
+                   lines=["y = R.matmul(x, w)"], ops=["matmul"], order=["x", "w"], out=(64, 48)),
+    "batch_matmul": dict(params={"x": ((4, 64, 32), "{dt}"), "w": ((4, 32, 48), "{dt}")},
+                         lines=["y = R.matmul(x, w)"], ops=["matmul"], order=["x", "w"], out=(4, 64, 48)),
+    "dense": dict(params={"x": ((2, 64, 32), "{dt}"), "w": ((48, 32), "{dt}")},
+                  lines=["wt = R.permute_dims(w)", "y = R.matmul(x, wt)"], ops=["permute_dims", "matmul"],
+                  order=["w", "x"], out=(2, 64, 48)),
+    "conv2d": dict(params={"x": ((1, 8, 8, 16), "{dt}"), "w": ((48, 3, 3, 16), "{dt}")},
+                   lines=['y = R.nn.conv2d(x, w, padding=1, data_layout="NHWC", kernel_layout="OHWI")'],
+                   ops=["nn_conv2d"], order=["x", "w"], out=(1, 8, 8, 48)),
+}
+
+ACT_LINES = {
+    "relu": (["a = R.nn.relu({v})"], ["nn_relu"]),
+    "gelu": (["a = R.nn.gelu({v})"], ["nn_gelu"]),
+    "gelu_tanh": (["a = R.nn.gelu_tanh({v})"], ["nn_gelu_tanh"]),
+    "silu": (["a = R.nn.silu({v})"], ["nn_silu"]),
+    "sigmoid": (["a = R.sigmoid({v})"], ["sigmoid"]),
+    "hardswish": (['h0 = R.add({v}, R.const(3, "{dt}"))', "h1 = R.clip(h0, 0, 6)",
+                   'h2 = R.divide(h1, R.const(6, "{dt}"))', "a = R.multiply({v}, h2)"],
+                  ["add", "clip", "divide", "multiply"]),
+}
+
+
+def _case(op: str, ep: Epilogue, dt: str = "float16", final: str = "float32"):
+    """Lines of the matched region, fused function name, params (in call order) and main params."""
+    spec = OPS[op]
+    params = {k: (s, d.format(dt=dt)) for k, (s, d) in spec["params"].items()}
+    order = list(spec["order"])
+    lines, ops, cur = list(spec["lines"]), list(spec["ops"]), "y"
+    consts = 0
+    if ep.source == "bias":
+        params["b"] = ((spec["out"][-1],), dt)
+        lines.append(f"s = R.add({cur}, b)"), ops.append("add"), order.append("b")
+        cur = "s"
+    elif ep.source == "residual":
+        params["r"] = (spec["out"], dt)
+        lines.append(f"s = R.add({cur}, r)"), ops.append("add"), order.append("r")
+        cur = "s"
+    if ep.activation:
+        act_lines, act_ops = ACT_LINES[ep.activation]
+        lines += [t.format(v=cur, dt=dt) for t in act_lines]
+        ops += act_ops
+        consts = 2 if ep.activation == "hardswish" else 0
+        cur = "a"
+    if ep.cast:
+        lines.append(f'c = R.astype({cur}, "{final}")'), ops.append("astype")
+        cur = "c"
+    assert lines[-1].startswith(cur + " = ")
+    lines[-1] = "gv" + lines[-1][len(cur):]
+    fname = "fused_" + "_".join("relax_" + o for o in ops) + "_tvm_ext_cutlass"
+    return params, order, lines, fname, consts
+
+
+def _sig(params: dict, names: list[str], suffix: str = "") -> str:
+    return ", ".join(f'{n}{suffix}: R.Tensor({tuple(params[n][0])}, "{params[n][1]}")' for n in names)
+
+
+def _indent(lines: list[str], depth: int) -> list[str]:
+    return [" " * (4 * depth) + line for line in lines]
+
+
+def _before(params, lines) -> str:
+    out = ["@I.ir_module", "class Module:", "    @R.function", f"    def main({_sig(params, list(params))}):",
+           "        with R.dataflow():"]
+    out += _indent(lines + ["R.output(gv)"], 3) + ["        return gv"]
+    return "\n".join(out) + "\n"
+
+
+def _expected(params, order, lines, fname, composite, consts, dt) -> str:
+    inner_params = _sig(params, order) + "".join(f', c{i}: R.Tensor((), "{dt}")' for i in range(consts))
+    inner_lines = list(lines)
+    if consts:  # FuseOpsByPattern lifts the hardswish constants into parameters (bind_constants=False)
+        inner_lines = [ln.replace(f'R.const(3, "{dt}")', "c0").replace(f'R.const(6, "{dt}")', "c1") for ln in lines]
+    args = ", ".join(order)
+    const_args = "".join(f', R.const({v}, "{dt}")' for v in (3, 6)[:consts])
+    out = ["@I.ir_module", "class Module:", "    @R.function", f"    def {fname}({inner_params}):",
+           '        R.func_attr({"Codegen": "tvm_ext_cutlass"})', "        @R.function",
+           f"        def local_func({inner_params}):", f'            R.func_attr({{"Composite": "{composite}"}})',
+           "            with R.dataflow():"]
+    out += _indent(inner_lines + ["R.output(gv)"], 4)
+    out += ["            return gv", f"        output = local_func({args}{''.join(f', c{i}' for i in range(consts))})",
+            "        return output", "", "    @R.function", f"    def main({_sig(params, list(params))}):",
+            "        cls = Module", "        with R.dataflow():", f"            gv = cls.{fname}({args}{const_args})",
+            "            R.output(gv)", "        return gv"]
+    return "\n".join(out) + "\n"
+
+
+def _parse(text: str) -> tvm.IRModule:
+    from tvm.script import ir as I
+    from tvm.script import relax as R
+
+    return from_source(textwrap.dedent(text), extra_vars={"I": I, "R": R})
+
+
+EPILOGUES = ([Epilogue(), Epilogue("bias"), Epilogue("residual"), Epilogue("residual", "relu"),
+              Epilogue(activation="gelu"), Epilogue(activation="relu", cast=True), Epilogue(cast=True)]
+             + [Epilogue("bias", act) for act in ACTIVATIONS])
+
+
+@pytest.mark.parametrize("op", list(OPS))
+@pytest.mark.parametrize("ep", EPILOGUES, ids=lambda e: e.suffix.strip("_") or "plain")
+def test_offload_pattern(op: str, ep: Epilogue):
+    dt = "float16"
+    params, order, lines, fname, consts = _case(op, ep, dt)
+    before = _parse(_before(params, lines))
+    composite = CompositeName(op, ep).name
+    expected = _parse(_expected(params, order, lines, fname, composite, consts, dt))
+    after = partition_for_cutlass(before)
+    tvm.ir.assert_structural_equal(after, expected)
+
+
+def test_bf16_and_silu_as_mul_sigmoid():
+    params = {"x": ((64, 32), "bfloat16"), "w": ((32, 48), "bfloat16")}
+    lines = ["y = R.matmul(x, w)", "sg = R.sigmoid(y)", "gv = R.multiply(y, sg)"]
+    fname = "fused_relax_matmul_relax_sigmoid_relax_multiply_tvm_ext_cutlass"
+    expected = _parse(_expected(params, ["x", "w"], lines, fname, "tvm_ext_cutlass.matmul_silu", 0, "bfloat16"))
+    tvm.ir.assert_structural_equal(partition_for_cutlass(_parse(_before(params, lines))), expected)
+
+
+def test_leaking_intermediate_keeps_epilogue_outside():
+    params = {"x": ((64, 32), "float16"), "w": ((32, 48), "float16"), "b": ((48,), "float16")}
+    before = _parse(_before(params, ["y = R.matmul(x, w)", "s = R.add(y, b)", "a = R.nn.relu(s)",
+                                     "e = R.exp(y)", "gv = R.add(a, e)"]))
+    expected = _parse(textwrap.dedent("""
+    @I.ir_module
+    class Module:
+        @R.function
+        def fused_relax_matmul_tvm_ext_cutlass(x: R.Tensor((64, 32), "float16"), w: R.Tensor((32, 48), "float16")):
+            R.func_attr({"Codegen": "tvm_ext_cutlass"})
+            @R.function
+            def local_func(x_1: R.Tensor((64, 32), "float16"), w_1: R.Tensor((32, 48), "float16")):
+                R.func_attr({"Composite": "tvm_ext_cutlass.matmul"})
+                with R.dataflow():
+                    gv = R.matmul(x_1, w_1)
+                    R.output(gv)
+                return gv
+            output = local_func(x, w)
+            return output
+
+        @R.function
+        def main(x: R.Tensor((64, 32), "float16"), w: R.Tensor((32, 48), "float16"), b: R.Tensor((48,), "float16")):
+            cls = Module
+            with R.dataflow():
+                y = cls.fused_relax_matmul_tvm_ext_cutlass(x, w)
+                s = R.add(y, b)
+                a = R.nn.relu(s)
+                e = R.exp(y)
+                gv = R.add(a, e)
+                R.output(gv)
+            return gv
+    """))
+    tvm.ir.assert_structural_equal(partition_for_cutlass(before), expected)
+
+
+NOT_OFFLOADED = {
+    "float32 inputs": ({"x": ((64, 32), "float32"), "w": ((32, 48), "float32")}, ["gv = R.matmul(x, w)"]),
+    "odd K": ({"x": ((64, 33), "float16"), "w": ((33, 48), "float16")}, ["gv = R.matmul(x, w)"]),
+    "broadcast batch": ({"x": ((4, 64, 32), "float16"), "w": ((1, 32, 48), "float16")}, ["gv = R.matmul(x, w)"]),
+    "depthwise conv": ({"x": ((1, 8, 8, 16), "float16"), "w": ((16, 3, 3, 1), "float16")},
+                       ['gv = R.nn.conv2d(x, w, padding=1, groups=16, data_layout="NHWC", kernel_layout="OHWI")']),
+    "NCHW conv": ({"x": ((1, 16, 8, 8), "float16"), "w": ((48, 16, 3, 3), "float16")},
+                  ["gv = R.nn.conv2d(x, w, padding=1)"]),
+    "asymmetric padding": ({"x": ((1, 8, 8, 16), "float16"), "w": ((48, 3, 3, 16), "float16")},
+                           ['gv = R.nn.conv2d(x, w, padding=(0, 0, 1, 1), data_layout="NHWC", kernel_layout="OHWI")']),
+    "cast to int8": ({"x": ((64, 32), "float16"), "w": ((32, 48), "float16")},
+                     ["y = R.matmul(x, w)", 'gv = R.astype(y, "int8")']),
+}
+
+
+@pytest.mark.parametrize("case", list(NOT_OFFLOADED))
+def test_not_offloaded(case: str):
+    params, lines = NOT_OFFLOADED[case]
+    before = _parse(_before(params, lines))
+    after = partition_for_cutlass(before)
+    if case == "cast to int8":  # the matmul alone is still offloaded; the cast stays outside
+        names = [gv.name_hint for gv in after.get_global_vars()]
+        assert names.count("fused_relax_matmul_tvm_ext_cutlass") == 1
+        assert "relax.astype" in after["main"].script().replace("R.astype", "relax.astype")
+        return
+    tvm.ir.assert_structural_equal(after, before)
+
+
+def test_dynamic_shape_not_offloaded():
+    before = _parse("""
+    @I.ir_module
+    class Module:
+        @R.function
+        def main(x: R.Tensor(("m", 32), "float16"), w: R.Tensor((32, 48), "float16")):
+            with R.dataflow():
+                gv = R.matmul(x, w)
+                R.output(gv)
+            return gv
+    """)
+    tvm.ir.assert_structural_equal(partition_for_cutlass(before), before)
+
+
+def test_wrong_hardswish_constants_not_fused():
+    params = {"x": ((64, 32), "float16"), "w": ((32, 48), "float16")}
+    lines = ["y = R.matmul(x, w)", 'h0 = R.add(y, R.const(2, "float16"))', "h1 = R.clip(h0, 0, 6)",
+             'h2 = R.divide(h1, R.const(6, "float16"))', "gv = R.multiply(y, h2)"]
+    after = partition_for_cutlass(_parse(_before(params, lines)))
+    names = sorted(gv.name_hint for gv in after.get_global_vars())
+    assert names == ["fused_relax_matmul_tvm_ext_cutlass", "main"]  # only the GEMM; the tail stays in main
+    main_text = after["main"].script()
+    assert all(op in main_text for op in ("R.clip", "R.divide", "R.multiply"))
+
+
+def test_pattern_names_parse_back():
+    names = [p.name for p in cutlass_patterns()]
+    assert len(names) == len(set(names)) == 4 * (3 * 7 + 7)  # casts fuse only without bias/residual
+    for name in names:
+        assert CompositeName.parse(name).name == name
+
+
+def test_cast_after_bias_stays_outside():
+    params = {"x": ((64, 32), "float16"), "w": ((32, 48), "float16"), "b": ((48,), "float16")}
+    lines = ["y = R.matmul(x, w)", "s = R.add(y, b)", "a = R.nn.relu(s)", 'gv = R.astype(a, "float32")']
+    after = partition_for_cutlass(_parse(_before(params, lines)))
+    names = sorted(gv.name_hint for gv in after.get_global_vars())
+    assert names == ["fused_relax_matmul_relax_add_relax_nn_relu_tvm_ext_cutlass", "main"]
+    assert "R.astype" in after["main"].script()

@@ -1,0 +1,148 @@
+"""Template search without a GPU: candidates, heuristic default, JSON-lines database, profiler source."""
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from tvm_ext.hardware import load_device
+from tvm_ext.cutlass import Database, Epilogue, GemmWorkload, Conv2dWorkload, KernelConfig, TuningRecord
+from tvm_ext.cutlass import candidates, heuristic_config
+from tvm_ext.cutlass.candidates import score, uses_3x
+from tvm_ext.cutlass.codegen import choose_config
+from tvm_ext.cutlass.database import dtype_key
+from tvm_ext.cutlass.errors import CutlassDatabaseError, CutlassSetupError
+from tvm_ext.cutlass.profiler import emit_profiler_main, problem_argv, tune
+from tvm_ext.cutlass.workload import Offload
+
+A100, H100 = load_device("a100"), load_device("h100")
+
+
+def gemm(m, n, k, batch=1, layout="row", final="float16"):
+    return GemmWorkload("batch_matmul" if batch > 1 else "matmul", batch, m, n, k, "float16", "float16", final,
+                        layout, Epilogue("bias", "relu"), b_batched=batch > 1)
+
+
+def test_candidates_sm80_pruned_and_fit_shared_memory():
+    big = candidates(gemm(4096, 4096, 4096), "sm_80", A100)
+    assert all(c.api == "2x" for c in big) and len(big) >= 20
+    for c in big:
+        smem = c.stages * (c.threadblock[0] + c.threadblock[1]) * c.threadblock[2] * 2
+        assert smem <= A100.max_shared_memory_per_block_optin
+        assert c.threads in (128, 256)  # 4 or 8 warps (Bolt guideline ii)
+    small = candidates(gemm(16, 64, 64), "sm_80", A100)
+    assert small and all(c.threadblock[0] <= 64 and c.threadblock[1] <= 128 for c in small)
+
+
+def test_split_k_only_for_small_output_long_k():
+    assert any(c.split_k > 1 for c in candidates(gemm(64, 128, 8192), "sm_80", A100))
+    assert not any(c.split_k > 1 for c in candidates(gemm(4096, 4096, 4096), "sm_80", A100))
+    assert not any(c.split_k > 1 for c in candidates(gemm(64, 128, 8192, batch=4), "sm_80", A100))
+
+
+def test_3x_kernels_only_on_sm90a_when_aligned():
+    wl = gemm(1024, 1024, 1024)
+    assert uses_3x(wl, "sm_90a") and not uses_3x(wl, "sm_90") and not uses_3x(wl, "sm_80")
+    cands = candidates(wl, "sm_90a", H100)
+    assert {c.api for c in cands} == {"2x", "3x"}
+    assert {c.schedule for c in cands if c.api == "3x"} == {"cooperative", "pingpong"}
+    unaligned = gemm(1024, 1022, 1024)  # N % 8 != 0: no TMA
+    assert not uses_3x(unaligned, "sm_90a")
+    assert all(c.api == "2x" for c in candidates(unaligned, "sm_90a", H100))
+    assert candidates(wl, "sm_75", A100) == []
+
+
+def test_alignment_from_shapes():
+    assert gemm(100, 96, 64).max_alignment == (8, 8, 8)
+    assert gemm(100, 98, 68).max_alignment == (4, 2, 2)
+    assert gemm(100, 96, 64, final="float32").max_alignment == (8, 8, 4)
+    conv = Conv2dWorkload(1, 8, 8, 12, 18, 3, 3, 8, 8, (1, 1), (1, 1), (1, 1), "float16", "float16", "float16", Epilogue())
+    assert conv.max_alignment == (4, 4, 2)
+    assert all(c.alignment == (4, 4, 2) and c.swizzle == 4 for c in candidates(conv, "sm_80", A100))
+
+
+def test_heuristic_prefers_filling_the_gpu():
+    big = heuristic_config(gemm(8192, 8192, 4096), "sm_80", A100)
+    small = heuristic_config(gemm(128, 128, 4096), "sm_80", A100)
+    assert big.threadblock[0] * big.threadblock[1] >= 128 * 128
+    assert small.threadblock[0] * small.threadblock[1] * small.split_k <= 128 * 128 or small.split_k > 1
+    assert score(gemm(128, 128, 4096), small, A100) == max(score(gemm(128, 128, 4096), c, A100)
+                                                            for c in candidates(gemm(128, 128, 4096), "sm_80", A100))
+    assert heuristic_config(gemm(2048, 2048, 2048), "sm_90a", H100).api == "3x"
+    assert heuristic_config(gemm(2048, 2048, 2048), "sm_80", A100) == heuristic_config(gemm(2048, 2048, 2048), "sm_80", A100)
+
+
+def test_kernel_config_roundtrip_and_validation():
+    cfg = KernelConfig("3x", (128, 256, 64), (2, 1, 1), (64, 256, 16), 0, cluster=(2, 1, 1), schedule="cooperative")
+    assert KernelConfig.from_dict(json.loads(json.dumps(cfg.to_dict()))) == cfg
+    with pytest.raises(ValueError):
+        KernelConfig("3x", (128, 128, 64), (2, 1, 1), (64, 128, 16), 0)  # 3.x needs a schedule
+    with pytest.raises(ValueError):
+        KernelConfig("4x", (128, 128, 64), (2, 1, 1), (64, 128, 16), 0)
+
+
+def test_database_jsonl_best_record_and_reload(tmp_path):
+    path = tmp_path / "db.jsonl"
+    db = Database(path)
+    wl = gemm(256, 512, 128)
+    c1, c2 = candidates(wl, "sm_80", A100)[:2]
+    db.add(TuningRecord(wl.key(), dtype_key("float16", "float16"), "sm_80", c1, 20.0, device="a100"))
+    db.add(TuningRecord(wl.key(), dtype_key("float16", "float16"), "sm_80", c2, 10.0, device="a100"))
+    db.add(TuningRecord(wl.key(), dtype_key("float16", "float16"), "sm_90a", c1, 5.0, device="h100"))
+    lines = path.read_text().splitlines()
+    assert len(lines) == 3 and all(json.loads(line)["workload"] == wl.key() for line in lines)
+    again = Database(path)
+    assert len(again) == 2
+    assert again.lookup(wl.key(), "float16->float16", "sm_80").config == c2
+    assert again.lookup(wl.key(), "float16->float32", "sm_80") is None
+    off = Offload("f", "tvm_ext_cutlass.matmul_bias_relu", wl, (), (), ())
+    assert choose_config(off, "sm_80", A100, again) == (c2, True)
+    assert choose_config(off, "sm_80", A100, None) == (heuristic_config(wl, "sm_80", A100), False)
+
+
+def test_database_rejects_malformed_line(tmp_path):
+    path = tmp_path / "bad.jsonl"
+    path.write_text('{"workload": "x"}\n')
+    with pytest.raises(CutlassDatabaseError, match="bad.jsonl:1"):
+        Database(path)
+
+
+def test_profiler_main_source_and_argv():
+    wl = gemm(256, 512, 128, layout="col")
+    src = emit_profiler_main(wl, "my_entry")
+    assert 'extern "C" int my_entry(const TvmExtGemmArgs*' in src
+    assert "args.ldb = args.k;" in src and "args.ldc = 0;" in src and "cudaEventElapsedTime" in src
+    assert problem_argv(wl) == ["gemm", "1", "256", "512", "128"]
+    conv = Conv2dWorkload(2, 8, 8, 16, 32, 3, 3, 4, 4, (1, 1), (2, 2), (1, 1), "float16", "float16", "float16",
+                          Epilogue("residual"))
+    assert problem_argv(conv)[0] == "conv2d" and len(problem_argv(conv)) == 16
+    assert "TvmExtConv2dArgs" in emit_profiler_main(conv, "e")
+
+
+def test_tune_with_fake_runner_records_fastest(tmp_path, monkeypatch):
+    """The search loop (compile errors count as inf, argmin, record) with compilation stubbed out."""
+    wl = gemm(64, 128, 8192)
+    cands = candidates(wl, "sm_80", A100)
+    built = {}
+
+    def fake_build(w, cfg, arch):
+        built[cfg.name()] = cfg
+        return tmp_path / cfg.name()
+
+    monkeypatch.setattr("tvm_ext.cutlass.profiler.build_profiler", fake_build)
+    target = cands[len(cands) // 2]
+    runner = lambda prog, argv: 1.0 if prog.name == target.name() else (math.inf if "s10" in prog.name else 5.0)
+    db = Database(tmp_path / "db.jsonl")
+    rec = tune(wl, "sm_80", A100, db, runner=runner, progress=False)
+    assert rec.config == target and rec.latency_us == 1.0 and len(built) == len(cands)
+    assert Database(tmp_path / "db.jsonl").lookup(wl.key(), "float16->float16", "sm_80").config == target
+
+
+def test_tune_without_gpu_is_a_clear_error(tmp_path):
+    from tvm_ext.cutlass.profiler import gpu_available
+
+    if gpu_available():
+        pytest.skip("a GPU is present")
+    with pytest.raises(CutlassSetupError, match="GPU"):
+        tune(gemm(64, 64, 64), "sm_80", A100, Database(tmp_path / "d.jsonl"), progress=False)

@@ -1,0 +1,125 @@
+"""Pruned template candidates per architecture, and the heuristic default without a database.
+
+Candidate lists follow Bolt's guidelines (MLSys'22 §3.2.2): the largest warp tiles that fit the
+register file, 4 or 8 warps per threadblock, small threadblocks for small problems, shared
+memory within the device's opt-in limit; split-K only when the output tiles cannot fill the
+SMs but K is long. Hopper (sm_90a) adds CUTLASS 3.x TMA + warp-group-MMA kernels when every
+operand is 16-byte aligned.
+
+Heuristic default (:func:`heuristic_config`), used when the database has no entry: score each
+candidate by ``tile_util * wave_eff * min(1, intensity / 64)`` and take the best, where
+``tile_util`` is the useful fraction of the padded M x N tile grid, ``wave_eff`` the fraction
+of the last wave of CTAs that does work (``tiles / (ceil(tiles / SMs) * SMs)``), and
+``intensity = tbM * tbN / (tbM + tbN)`` the per-CTA operand reuse. Ties prefer fewer stages.
+"""
+from __future__ import annotations
+
+import math
+from typing import Union
+
+from ..hardware import DeviceSpec
+from .config import API_2X, API_3X, KernelConfig
+from .workload import Conv2dWorkload, GemmWorkload
+
+Workload = Union[GemmWorkload, Conv2dWorkload]
+
+#: (threadblock, warp_count, stages) for Sm80 16-bit tensor-op kernels (instruction 16x8x16).
+SM80_TILES: tuple[tuple[tuple[int, int, int], tuple[int, int, int], int], ...] = (
+    ((256, 128, 32), (4, 2, 1), 3), ((128, 256, 32), (2, 4, 1), 3),
+    ((256, 64, 32), (4, 1, 1), 4), ((64, 256, 32), (1, 4, 1), 4),
+    ((128, 128, 32), (2, 2, 1), 3), ((128, 128, 32), (2, 2, 1), 4), ((128, 128, 32), (2, 2, 1), 5),
+    ((128, 64, 32), (2, 2, 1), 6), ((64, 128, 32), (2, 2, 1), 6), ((64, 64, 32), (2, 2, 1), 10),
+    ((256, 128, 64), (4, 2, 1), 3), ((128, 256, 64), (2, 4, 1), 3), ((128, 128, 64), (2, 2, 1), 4),
+    ((128, 64, 64), (2, 2, 1), 3), ((64, 128, 64), (2, 2, 1), 3), ((64, 64, 64), (2, 2, 1), 5),
+)
+#: (tile, cluster, schedule) for Sm90 3.x kernels (stages chosen by the builder).
+SM90_TILES: tuple[tuple[tuple[int, int, int], tuple[int, int, int], str], ...] = (
+    ((128, 128, 64), (1, 1, 1), "cooperative"), ((128, 256, 64), (1, 1, 1), "cooperative"),
+    ((256, 128, 64), (1, 1, 1), "cooperative"), ((128, 128, 64), (2, 1, 1), "cooperative"),
+    ((128, 256, 64), (2, 1, 1), "cooperative"), ((64, 128, 64), (1, 1, 1), "pingpong"),
+    ((64, 256, 64), (1, 1, 1), "pingpong"), ((128, 128, 64), (1, 2, 1), "cooperative"),
+)
+SPLIT_K = (2, 4, 8, 16)
+
+
+def arch_number(arch: str) -> int:
+    """``"sm_90a"`` -> 90."""
+    digits = "".join(ch for ch in arch.replace("sm_", "") if ch.isdigit())
+    if not digits:
+        raise ValueError(f"cannot read a compute capability from {arch!r}")
+    return int(digits)
+
+
+def _gemm_shape(wl: Workload) -> tuple[int, int, int]:
+    return wl.gemm_mnk if isinstance(wl, Conv2dWorkload) else (wl.m, wl.n, wl.k)
+
+
+def _smem_bytes(tb: tuple[int, int, int], stages: int, bits: int) -> int:
+    return stages * (tb[0] * tb[2] + tb[1] * tb[2]) * bits // 8
+
+
+def _fits(wl: Workload, tb: tuple[int, int, int]) -> bool:
+    """Prune threadblocks much larger than the problem (Bolt guideline iii)."""
+    m, n, _ = _gemm_shape(wl)
+    return tb[0] <= max(64, 2 * m) and tb[1] <= max(64, 2 * n)
+
+
+def uses_3x(wl: Workload, arch: str) -> bool:
+    """Whether sm_90a 3.x kernels apply: Hopper target, GEMM, and all operands 16-byte aligned."""
+    if not arch.endswith("a") or arch_number(arch) != 90 or isinstance(wl, Conv2dWorkload):
+        return False
+    full = [128 // bits for bits in (16, 16, 32 if wl.final_dtype == "float32" else 16)]
+    return list(wl.max_alignment) == full
+
+
+def candidates(wl: Workload, arch: str, device: DeviceSpec) -> list[KernelConfig]:
+    """All pruned candidates for the workload on ``arch`` (``sm_80``..., ``sm_90a``)."""
+    if arch_number(arch) < 80:
+        return []
+    align = wl.max_alignment
+    out: list[KernelConfig] = []
+    if uses_3x(wl, arch):
+        for tile, cluster, schedule in SM90_TILES:
+            if not _fits(wl, tile):
+                continue
+            warps = (2, 1, 1) if schedule == "cooperative" else (1, 1, 1)
+            out.append(KernelConfig(API_3X, tile, warps, (64, tile[1], 16), 0, alignment=align,
+                                    cluster=cluster, schedule=schedule))
+    m, n, k = _gemm_shape(wl)
+    swizzles = (4,) if isinstance(wl, Conv2dWorkload) else (8, 1)
+    for tb, warps, stages in SM80_TILES:
+        if not _fits(wl, tb) or _smem_bytes(tb, stages, 16) > device.max_shared_memory_per_block_optin:
+            continue
+        for sw in swizzles:
+            out.append(KernelConfig(API_2X, tb, warps, (16, 8, 16), stages, swizzle=sw, alignment=align))
+        tiles = math.ceil(m / tb[0]) * math.ceil(n / tb[1])
+        if isinstance(wl, GemmWorkload) and wl.batch == 1 and tiles < device.sm_count:
+            for split in SPLIT_K:
+                if k >= 4 * split * tb[2] and tiles * split <= 2 * device.sm_count:
+                    out.append(KernelConfig(API_2X, tb, warps, (16, 8, 16), stages, swizzle=1, split_k=split,
+                                            alignment=align))
+    return out
+
+
+def score(wl: Workload, cfg: KernelConfig, device: DeviceSpec) -> float:
+    """Heuristic quality of a candidate (higher is better); see the module docstring."""
+    m, n, _ = _gemm_shape(wl)
+    tbm, tbn, _ = cfg.threadblock
+    batch = wl.batch if isinstance(wl, GemmWorkload) else 1
+    tiles_m, tiles_n = math.ceil(m / tbm), math.ceil(n / tbn)
+    tiles = tiles_m * tiles_n * batch * cfg.split_k
+    util = (m / (tiles_m * tbm)) * (n / (tiles_n * tbn))
+    wave_eff = tiles / (math.ceil(tiles / device.sm_count) * device.sm_count)
+    intensity = tbm * tbn / (tbm + tbn)
+    value = util * wave_eff * min(1.0, intensity / 64.0)
+    if cfg.api == API_3X:
+        value *= 1.5  # TMA + wgmma kernels reach a higher fraction of Hopper's peak than Sm80 mma.sync
+    return value - 1e-4 * cfg.stages - 1e-3 * (cfg.split_k - 1)
+
+
+def heuristic_config(wl: Workload, arch: str, device: DeviceSpec) -> KernelConfig:
+    """The documented default when no measurement exists (raises ValueError if no candidate)."""
+    cands = candidates(wl, arch, device)
+    if not cands:
+        raise ValueError(f"no CUTLASS candidate for {wl.key()} on {arch}")
+    return max(cands, key=lambda c: score(wl, c, device))

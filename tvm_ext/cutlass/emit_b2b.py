@@ -1,0 +1,82 @@
+"""Emit a back-to-back GEMM (CUTLASS example 13 ``B2bGemm``) and its candidate configurations.
+
+cutlass_library has no emitter for the example's ``B2bGemm``, so the instance is written here.
+RF residency keeps GEMM0's accumulators in registers (warp N = threadblock N = N0, 4 warps
+along M); smem residency stages them in shared memory (2x2 warps for GEMM0, 1x4 for GEMM1).
+Accumulation is fp32; GEMM0's epilogue computes in fp16 (its bias vector's type).
+"""
+from __future__ import annotations
+
+from .config import API_2X, KernelConfig
+from .emit_gemm import ARGS_HEADER, CHECK_MACRO, COMMON_INCLUDES
+from .b2b import B2bGemmWorkload
+from .epilogue import CUTLASS_ACTIVATION
+
+INCLUDES_B2B = COMMON_INCLUDES + r"""
+#include "cutlass/epilogue/thread/linear_combination_relu.h"
+#include "cutlass/epilogue/thread/linear_combination_generic.h"
+#include "device/b2b_gemm.h"
+"""
+
+
+def b2b_candidates(wl: B2bGemmWorkload) -> list[KernelConfig]:
+    """RF- and smem-resident variants (both threadblocks own whole rows of N0 / N1)."""
+    out = []
+    if wl.n0 <= 128 and wl.n1 <= 128:
+        for stages in (3, 4):
+            out.append(KernelConfig(API_2X, (64, wl.n0, 32), (4, 1, 1), (16, 8, 16), stages, swizzle=1,
+                                    alignment=wl.max_alignment, threadblock1=(64, wl.n1, 32),
+                                    warp_count1=(4, 1, 1), residency="rf"))
+    if wl.n0 % 16 == 0 and wl.n1 % 32 == 0:
+        for stages in (3, 4):
+            out.append(KernelConfig(API_2X, (64, wl.n0, 32), (2, 2, 1), (16, 8, 16), stages, swizzle=1,
+                                    alignment=wl.max_alignment, threadblock1=(64, wl.n1, 32),
+                                    warp_count1=(1, 4, 1), residency="smem"))
+    return out
+
+
+def _shape(values) -> str:
+    return f"cutlass::gemm::GemmShape<{values[0]}, {values[1]}, {values[2]}>"
+
+
+def emit_b2b_gemm(wl: B2bGemmWorkload, cfg: KernelConfig, entry: str) -> str:
+    """CUDA source with the B2bGemm instance and ``extern "C" int <entry>(const TvmExtB2bGemmArgs*, ...)``."""
+    warp0 = tuple(t // w for t, w in zip(cfg.threadblock, cfg.warp_count))
+    warp1 = tuple(t // w for t, w in zip(cfg.threadblock1, cfg.warp_count1))
+    smem = "true" if cfg.residency == "smem" else "false"
+    act1 = CUTLASS_ACTIVATION[wl.activation1]
+    align = cfg.alignment
+    kernel = f"""
+using {entry}_ep0 = cutlass::epilogue::thread::LinearCombinationRelu<
+    cutlass::half_t, 4, float, cutlass::half_t, cutlass::epilogue::thread::ScaleType::OnlyAlphaScaling>;
+using {entry}_ep1 = cutlass::epilogue::thread::LinearCombinationGeneric<
+    {act1}, cutlass::half_t, {align[2]}, float, float, cutlass::epilogue::thread::ScaleType::NoBetaScaling>;
+using {entry}_op = cutlass::gemm::device::B2bGemm<
+    cutlass::half_t, cutlass::layout::RowMajor, cutlass::half_t, cutlass::layout::ColumnMajor,
+    cutlass::half_t, cutlass::layout::RowMajor, float, cutlass::arch::OpClassTensorOp, cutlass::arch::Sm80,
+    {_shape(cfg.threadblock)}, {_shape(cfg.threadblock1)}, {_shape(warp0)}, {_shape(warp1)},
+    {_shape(cfg.instruction)}, {entry}_ep0, {entry}_ep1,
+    cutlass::gemm::threadblock::GemmIdentityThreadblockSwizzle<{cfg.swizzle}>, {cfg.stages}, {smem},
+    {align[0]}, {align[1]}>;
+"""
+    launcher = f"""
+extern "C" int {entry}(const TvmExtB2bGemmArgs* args, char* err, int err_len) {{
+  using Op = {entry}_op;
+  using T = cutlass::half_t;
+  int m = int(args->m), n0 = int(args->n0), k0 = int(args->k0), n1 = int(args->n1);
+  typename Op::Arguments arguments{{
+      cutlass::gemm::GemmUniversalMode::kGemm, {{m, n0, k0}}, {{m, n1, n0}},
+      {{static_cast<T*>(const_cast<void*>(args->a0)), k0}}, {{static_cast<T*>(const_cast<void*>(args->b0)), k0}},
+      {{nullptr, 0}}, {{nullptr, 0}}, {{static_cast<T*>(const_cast<void*>(args->bias0)), 0}},
+      {{static_cast<T*>(const_cast<void*>(args->b1)), n0}}, {{static_cast<T*>(const_cast<void*>(args->bias1)), 0}},
+      {{static_cast<T*>(args->d), n1}},
+      0, 0, 0, 0, 0, 0, 0,
+      {{T(1), T(0)}}, {{1.0f, 1.0f}}, 1}};
+  Op op;
+  TVM_EXT_CUTLASS_CHECK(op.can_implement(arguments), "can_implement");
+  TVM_EXT_CUTLASS_CHECK(op.initialize(arguments, nullptr, args->stream), "initialize");
+  TVM_EXT_CUTLASS_CHECK(op(args->stream), "run");
+  return 0;
+}}
+"""
+    return "\n".join([INCLUDES_B2B, ARGS_HEADER, CHECK_MACRO, "namespace {", kernel, "}  // namespace", launcher])

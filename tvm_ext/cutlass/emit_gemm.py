@@ -1,0 +1,240 @@
+"""Emit CUDA C++ for one CUTLASS GEMM instance (+ fused epilogue) and its C entry point.
+
+The kernel type comes from ``cutlass_library`` (``GemmOperation`` with the 2.x universal or the
+3.x Sm90 emitter); only the epilogue declaration and the small launcher are written here. The
+launcher is ``extern "C" int <entry>(const TvmExtGemmArgs*, char* err, int err_len)`` so the
+TVM-FFI glue (``wrapper.py``) and the profiler programs call every instance the same way.
+"""
+from __future__ import annotations
+
+from cutlass_library import library as cl
+from cutlass_library.gemm_operation import EmitGemmUniversal3xInstance, EmitGemmUniversalInstance, GemmOperation
+
+from .config import API_2X, KernelConfig
+from .epilogue import Epilogue
+from .workload import GemmWorkload
+
+DTYPES = {"float16": cl.DataType.f16, "bfloat16": cl.DataType.bf16, "float32": cl.DataType.f32}
+
+ARGS_HEADER = r"""
+#include <cstdint>
+#include <cuda_runtime.h>
+#ifndef TVM_EXT_CUTLASS_ARGS
+#define TVM_EXT_CUTLASS_ARGS
+struct TvmExtGemmArgs {
+  int64_t batch, m, n, k;
+  const void* a; const void* b; const void* source; void* d;
+  int64_t lda, ldb, ldc, ldd;
+  int64_t batch_stride_a, batch_stride_b, batch_stride_c, batch_stride_d;
+  cudaStream_t stream;
+};
+struct TvmExtConv2dArgs {
+  int64_t n, h, w, c, k, r, s, p, q, pad_h, pad_w, stride_h, stride_w, dilation_h, dilation_w;
+  const void* x; const void* w_ptr; const void* source; void* y;
+  int source_is_vector;
+  cudaStream_t stream;
+};
+struct TvmExtB2bGemmArgs {
+  int64_t m, n0, k0, n1;
+  const void* a0; const void* b0; const void* bias0; const void* b1; const void* bias1; void* d;
+  cudaStream_t stream;
+};
+#endif
+"""
+
+COMMON_INCLUDES = r"""
+#include <cstdio>
+#include "cutlass/cutlass.h"
+#include "cutlass/numeric_types.h"
+#include "cutlass/epilogue/thread/activation.h"
+"""
+
+INCLUDES_2X = COMMON_INCLUDES + r"""
+#include "cutlass/gemm/device/gemm_universal_adapter.h"
+#include "cutlass/gemm/kernel/default_gemm_universal.h"
+#include "cutlass/epilogue/thread/linear_combination_generic.h"
+"""
+
+INCLUDES_3X = COMMON_INCLUDES + r"""
+#include "cute/tensor.hpp"
+#include "cutlass/gemm/device/gemm_universal_adapter.h"
+#include "cutlass/gemm/kernel/gemm_universal.hpp"
+#include "cutlass/gemm/collective/collective_builder.hpp"
+#include "cutlass/epilogue/collective/collective_builder.hpp"
+#include "cutlass/epilogue/fusion/operations.hpp"
+#include "cutlass/util/packed_stride.hpp"
+"""
+
+#: Error reporting shared by all launchers.
+CHECK_MACRO = r"""
+#define TVM_EXT_CUTLASS_CHECK(expr, what)                                                     \
+  do {                                                                                        \
+    cutlass::Status _st = (expr);                                                             \
+    if (_st != cutlass::Status::kSuccess) {                                                   \
+      snprintf(err, err_len, "%s: %s", what, cutlass::cutlassGetStatusString(_st));           \
+      return 1;                                                                               \
+    }                                                                                         \
+  } while (0)
+"""
+
+
+class _Declaration:
+    """A user-defined epilogue functor for cutlass_library's emitters (``emit_declaration``)."""
+
+    def __init__(self, text: str):
+        self.text = text
+
+    def emit_declaration(self) -> str:
+        return self.text
+
+
+def epilogue_declaration(ep: Epilogue, api: str, out_dtype: str, vector: int) -> str:
+    """C++ type of the epilogue functor (2.x thread functor or 3.x fusion operation)."""
+    elem_d = cl.DataTypeTag[DTYPES[out_dtype]]
+    act = ep.cutlass_activation
+    if api == API_2X:
+        return (f"cutlass::epilogue::thread::LinearCombinationGeneric<{act}, {elem_d}, {vector}, float, float>")
+    if ep.source == "bias":
+        return f"cutlass::epilogue::fusion::LinCombPerColBiasEltAct<{act}, {elem_d}, float, {elem_d}, void, float>"
+    elem_c = elem_d if ep.source == "residual" else "void"
+    if ep.activation is None:
+        return f"cutlass::epilogue::fusion::LinearCombination<{elem_d}, float, {elem_c}, float>"
+    return f"cutlass::epilogue::fusion::LinCombEltAct<{act}, {elem_d}, float, {elem_c}, float>"
+
+
+def gemm_operation(wl: GemmWorkload, cfg: KernelConfig, arch: int) -> GemmOperation:
+    """The ``cutlass_library`` description of the instance (2.x for ``arch >= 80``, 3.x for 90)."""
+    elem = DTYPES[wl.dtype]
+    math = cl.MathInstruction(list(cfg.instruction), elem, elem, cl.DataType.f32, cl.OpcodeClass.TensorOp,
+                              cl.MathOperation.multiply_add)
+    layout_b = cl.LayoutType.RowMajor if wl.layout_b == "row" else cl.LayoutType.ColumnMajor
+    a = cl.TensorDescription(elem, cl.LayoutType.RowMajor, cfg.alignment[0])
+    b = cl.TensorDescription(elem, layout_b, cfg.alignment[1])
+    out = DTYPES[wl.out_dtype if not wl.epilogue.cast else wl.final_dtype]
+    d = cl.TensorDescription(out, cl.LayoutType.RowMajor, cfg.alignment[2])
+    if cfg.api == API_2X:
+        # cutlass_library's 2.x universal emitter instantiates the transposed problem
+        # (D^T = B^T A^T, column-major C). Describe it transposed so the emitted kernel is
+        # A row-major x B (row or column) -> row-major D, which is what Relax tensors are.
+        flip = {cl.LayoutType.RowMajor: cl.LayoutType.ColumnMajor, cl.LayoutType.ColumnMajor: cl.LayoutType.RowMajor}
+        a_t = cl.TensorDescription(elem, flip[layout_b], cfg.alignment[1])
+        b_t = cl.TensorDescription(elem, flip[cl.LayoutType.RowMajor], cfg.alignment[0])
+        d_t = cl.TensorDescription(out, cl.LayoutType.ColumnMajor, cfg.alignment[2])
+        tile = cl.TileDescription(list(cfg.threadblock), cfg.stages, list(cfg.warp_count), math, 80, 1024)
+        return GemmOperation(cl.GemmKind.Universal, 80, tile, a_t, b_t, d_t, cl.DataType.f32,
+                             swizzling_functor=getattr(cl.SwizzlingFunctor, f"Identity{cfg.swizzle}"))
+    tile = cl.TileDescription(list(cfg.threadblock), cfg.stages, list(cfg.warp_count), math, 90, 90,
+                              cluster_shape=list(cfg.cluster))
+    c_elem = out if wl.epilogue.source == "residual" else cl.DataType.void
+    c = cl.TensorDescription(c_elem, cl.LayoutType.RowMajor, cfg.alignment[2])
+    kernel, epi = {
+        "cooperative": (cl.KernelScheduleType.TmaWarpSpecializedCooperative,
+                        cl.EpilogueScheduleType.TmaWarpSpecializedCooperative),
+        "pingpong": (cl.KernelScheduleType.TmaWarpSpecializedPingpong, cl.EpilogueScheduleType.TmaWarpSpecialized),
+    }[cfg.schedule]
+    return GemmOperation(cl.GemmKind.Universal3x, arch, tile, a, b, c, cl.DataType.f32, D=d,
+                         kernel_schedule=kernel, epilogue_schedule=epi, tile_scheduler=cl.TileSchedulerType.Default)
+
+
+def instance_name(wl: GemmWorkload, cfg: KernelConfig, arch: int) -> str:
+    """Unique C++ identifier of the instance (cutlass_library's procedural name + epilogue)."""
+    return gemm_operation(wl, cfg, arch).procedural_name() + "_k" + str(cfg.split_k) + (wl.epilogue.suffix or "_plain")
+
+
+def emit_gemm(wl: GemmWorkload, cfg: KernelConfig, arch: int, entry: str) -> str:
+    """CUDA source defining the instance and ``extern "C" int <entry>(const TvmExtGemmArgs*, ...)``."""
+    op = gemm_operation(wl, cfg, arch)
+    out_dtype = wl.final_dtype
+    if cfg.api == API_2X:
+        emitter = EmitGemmUniversalInstance(operation_suffix="_" + entry)
+        vector = min(cfg.alignment[2] * cl.DataTypeSize[DTYPES[out_dtype]], 128) // cl.DataTypeSize[DTYPES[out_dtype]]
+        # cutlass_library reads a user-defined functor from the emitter object itself.
+        emitter.epilogue_functor = _Declaration(epilogue_declaration(wl.epilogue, API_2X, out_dtype, vector))
+        op.epilogue_functor = emitter.epilogue_functor
+        body = emitter.emit(op)
+        launcher = _launcher_2x(op.procedural_name() + "_" + entry, entry, wl, cfg)
+        includes = INCLUDES_2X
+    else:
+        emitter = EmitGemmUniversal3xInstance(operation_suffix="_" + entry)
+        decl = _Declaration(epilogue_declaration(wl.epilogue, cfg.api, out_dtype, 0))
+        emitter.epilogue_functor = decl
+        op.epilogue_functor = decl
+        body = emitter.emit(op).replace(f"struct {op.procedural_name()} :", f"struct {op.procedural_name()}_{entry} :")
+        launcher = _launcher_3x(op.procedural_name() + "_" + entry, entry, wl)
+        includes = INCLUDES_3X
+    return "\n".join([includes, ARGS_HEADER, CHECK_MACRO, "namespace {", body, "}  // namespace", launcher])
+
+
+def _launcher_2x(kernel: str, entry: str, wl: GemmWorkload, cfg: KernelConfig) -> str:
+    mode = "kBatched" if wl.batch > 1 else "kGemm"
+    batch = "args->batch" if wl.batch > 1 else str(cfg.split_k)
+    return f"""
+extern "C" int {entry}(const TvmExtGemmArgs* args, char* err, int err_len) {{
+  using Gemm = cutlass::gemm::device::GemmUniversalAdapter<{kernel}>;
+  using Compute = typename Gemm::EpilogueOutputOp::ElementCompute;
+  const bool has_source = args->source != nullptr;
+  typename Gemm::Arguments arguments(
+      cutlass::gemm::GemmUniversalMode::{mode},
+      {{int(args->m), int(args->n), int(args->k)}}, int({batch}),
+      {{Compute(1), Compute(has_source ? 1 : 0)}},
+      args->a, args->b, has_source ? args->source : args->d, args->d,
+      args->batch_stride_a, args->batch_stride_b, args->batch_stride_c, args->batch_stride_d,
+      args->lda, args->ldb, args->ldc, args->ldd);
+  Gemm gemm;
+  TVM_EXT_CUTLASS_CHECK(gemm.can_implement(arguments), "can_implement");
+  size_t workspace_bytes = Gemm::get_workspace_size(arguments);
+  void* workspace = nullptr;
+  if (workspace_bytes && cudaMallocAsync(&workspace, workspace_bytes, args->stream) != cudaSuccess) {{
+    snprintf(err, err_len, "cannot allocate %zu bytes of CUTLASS workspace", workspace_bytes);
+    return 1;
+  }}
+  cutlass::Status st = gemm.initialize(arguments, workspace, args->stream);
+  if (st == cutlass::Status::kSuccess) st = gemm.run(args->stream);
+  if (workspace) cudaFreeAsync(workspace, args->stream);
+  TVM_EXT_CUTLASS_CHECK(st, "run");
+  return 0;
+}}
+"""
+
+
+def _launcher_3x(kernel: str, entry: str, wl: GemmWorkload) -> str:
+    ep = wl.epilogue
+    fusion = ["arguments.epilogue.thread.alpha = 1.0f;"]
+    if ep.source == "residual":
+        fusion.append("arguments.epilogue.thread.beta = 1.0f;")
+    if ep.source == "bias":
+        fusion.append("arguments.epilogue.thread.bias_ptr = static_cast<const ElementD*>(args->source);")
+    c_ptr = "static_cast<const ElementC*>(args->source)" if ep.source == "residual" else "nullptr"
+    return f"""
+extern "C" int {entry}(const TvmExtGemmArgs* args, char* err, int err_len) {{
+  using Gemm = cutlass::gemm::device::GemmUniversalAdapter<{kernel}>;
+  using Kernel = typename Gemm::GemmKernel;
+  using ElementA = typename Gemm::ElementA;
+  using ElementB = typename Gemm::ElementB;
+  using ElementC = typename Kernel::CollectiveEpilogue::ElementC;
+  using ElementD = typename Kernel::CollectiveEpilogue::ElementD;
+  int M = int(args->m), N = int(args->n), K = int(args->k), L = int(args->batch);
+  auto stride_a = cutlass::make_cute_packed_stride(typename Kernel::StrideA{{}}, cute::make_shape(M, K, L));
+  auto stride_b = cutlass::make_cute_packed_stride(typename Kernel::StrideB{{}}, cute::make_shape(N, K, L));
+  auto stride_c = cutlass::make_cute_packed_stride(typename Kernel::StrideC{{}}, cute::make_shape(M, N, L));
+  auto stride_d = cutlass::make_cute_packed_stride(typename Kernel::StrideD{{}}, cute::make_shape(M, N, L));
+  typename Gemm::Arguments arguments{{
+      cutlass::gemm::GemmUniversalMode::kGemm, {{M, N, K, L}},
+      {{static_cast<const ElementA*>(args->a), stride_a, static_cast<const ElementB*>(args->b), stride_b}},
+      {{{{}}, {c_ptr}, stride_c, static_cast<ElementD*>(args->d), stride_d}}}};
+  {" ".join(fusion)}
+  Gemm gemm;
+  TVM_EXT_CUTLASS_CHECK(gemm.can_implement(arguments), "can_implement");
+  size_t workspace_bytes = Gemm::get_workspace_size(arguments);
+  void* workspace = nullptr;
+  if (workspace_bytes && cudaMallocAsync(&workspace, workspace_bytes, args->stream) != cudaSuccess) {{
+    snprintf(err, err_len, "cannot allocate %zu bytes of CUTLASS workspace", workspace_bytes);
+    return 1;
+  }}
+  cutlass::Status st = gemm.initialize(arguments, workspace, args->stream);
+  if (st == cutlass::Status::kSuccess) st = gemm.run(args->stream);
+  if (workspace) cudaFreeAsync(workspace, args->stream);
+  TVM_EXT_CUTLASS_CHECK(st, "run");
+  return 0;
+}}
+"""

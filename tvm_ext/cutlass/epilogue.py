@@ -1,0 +1,142 @@
+"""Epilogues fused into CUTLASS kernels: what the pattern matched and how CUTLASS spells it.
+
+An epilogue is ``D = cast(act(acc + source))`` where ``source`` is nothing, a bias vector
+broadcast over the rows of the output (length N, the last axis) or a residual tensor of the
+output's shape; ``act`` is one of :data:`ACTIVATIONS` or none; ``cast`` converts to another
+output dtype (the operator's own output dtype is the dtype of ``acc + source``).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tvm.relax.dpl import DFPattern, is_op, wildcard
+
+ACTIVATIONS: tuple[str, ...] = ("relu", "gelu", "gelu_tanh", "silu", "sigmoid", "hardswish")
+SOURCES: tuple[str, ...] = ("none", "bias", "residual")
+
+#: CUTLASS thread-level activation functors (``cutlass/epilogue/thread/activation.h``).
+CUTLASS_ACTIVATION: dict[str | None, str] = {
+    None: "cutlass::epilogue::thread::Identity",
+    "relu": "cutlass::epilogue::thread::ReLu",
+    "gelu": "cutlass::epilogue::thread::GELU",
+    "gelu_tanh": "cutlass::epilogue::thread::GELU_taylor",
+    "silu": "cutlass::epilogue::thread::SiLu",
+    "sigmoid": "cutlass::epilogue::thread::Sigmoid",
+    "hardswish": "cutlass::epilogue::thread::HardSwish",
+}
+
+
+@dataclass(frozen=True)
+class Epilogue:
+    """The element-wise tail fused after a GEMM or convolution.
+
+    Parameters
+    ----------
+    source : str
+        ``"none"``, ``"bias"`` (vector of length N broadcast over rows) or ``"residual"``.
+    activation : str or None
+        One of :data:`ACTIVATIONS`.
+    cast : bool
+        Whether an ``astype`` follows (the output dtype differs from the operator's).
+    """
+
+    source: str = "none"
+    activation: str | None = None
+    cast: bool = False
+
+    def __post_init__(self) -> None:
+        if self.cast and self.source != "none":
+            raise ValueError("a fused cast needs an epilogue without bias or residual")
+        if self.source not in SOURCES:
+            raise ValueError(f"epilogue source must be one of {SOURCES}, got {self.source!r}")
+        if self.activation is not None and self.activation not in ACTIVATIONS:
+            raise ValueError(f"activation must be one of {ACTIVATIONS} or None, got {self.activation!r}")
+
+    @property
+    def suffix(self) -> str:
+        """Name suffix used in pattern names, e.g. ``"_bias_relu_cast"`` (empty for none)."""
+        parts = [] if self.source == "none" else [self.source]
+        if self.activation:
+            parts.append(self.activation)
+        if self.cast:
+            parts.append("cast")
+        return "".join("_" + p for p in parts)
+
+    @property
+    def length(self) -> int:
+        """Number of Relax operators the epilogue spans (for longest-first ordering)."""
+        # silu may be matched as x * sigmoid(x): rank it above the one-op sigmoid pattern
+        act_len = {None: 0, "hardswish": 4, "silu": 2}.get(self.activation, 1)
+        return (self.source != "none") + act_len + int(self.cast)
+
+    @property
+    def cutlass_activation(self) -> str:
+        """The CUTLASS activation functor template name."""
+        return CUTLASS_ACTIVATION[self.activation]
+
+    @classmethod
+    def parse(cls, suffix: str) -> "Epilogue":
+        """Inverse of :attr:`suffix` (``"bias_relu"``, ``"_residual_gelu_tanh_cast"``, ``""``)."""
+        text = suffix.strip("_")
+        cast = text.endswith("cast")
+        if cast:
+            text = text[: -len("cast")].rstrip("_")
+        source = "none"
+        for candidate in ("bias", "residual"):
+            if text == candidate or text.startswith(candidate + "_"):
+                source, text = candidate, text[len(candidate):].lstrip("_")
+        activation = text or None
+        return cls(source, activation, cast)
+
+
+def all_epilogues() -> list[Epilogue]:
+    """Every epilogue the partitioner offers, longest first.
+
+    A cast is fused only without a bias/residual: the CUTLASS 2.x epilogue reads its source
+    in the output element type, so ``cast(act(acc + bias))`` keeps the cast outside.
+    """
+    eps = [Epilogue(src, act, cast) for cast in (True, False) for src in SOURCES
+           for act in ACTIVATIONS + (None,) if not (cast and src != "none")]
+    return sorted(eps, key=lambda e: -e.length)
+
+
+def activation_pattern(act: str, x: DFPattern) -> tuple[DFPattern, dict[str, DFPattern]]:
+    """DPL pattern applying ``act`` to ``x``; returns it and extra annotations to check.
+
+    SiLU also matches ``x * sigmoid(x)`` and hardswish matches the importers' decomposition
+    ``x * (clip(x + 3, 0, 6) / 6)`` (ONNX and PyTorch frontends).
+    """
+    if act == "relu":
+        return is_op("relax.nn.relu")(x), {}
+    if act == "gelu":
+        return is_op("relax.nn.gelu")(x), {}
+    if act == "gelu_tanh":
+        return is_op("relax.nn.gelu_tanh")(x), {}
+    if act == "sigmoid":
+        return is_op("relax.sigmoid")(x), {}
+    if act == "silu":
+        return is_op("relax.nn.silu")(x) | is_op("relax.multiply")(x, is_op("relax.sigmoid")(x)), {}
+    if act == "hardswish":
+        three, six = wildcard(), wildcard()
+        lo, hi = wildcard(), wildcard()
+        clip = is_op("relax.clip")(is_op("relax.add")(x, three), lo, hi)
+        pat = is_op("relax.multiply")(x, is_op("relax.divide")(clip, six))
+        return pat, {"hs_three": three, "hs_six": six, "hs_lo": lo, "hs_hi": hi}
+    raise ValueError(f"unknown activation {act!r}")
+
+
+def epilogue_pattern(ep: Epilogue, op: DFPattern) -> tuple[DFPattern, dict[str, DFPattern]]:
+    """Wrap the operator pattern ``op`` with the epilogue; returns root and annotations."""
+    ann: dict[str, DFPattern] = {}
+    cur = op
+    if ep.source != "none":
+        operand = wildcard()
+        cur = is_op("relax.add")(cur, operand)
+        ann[ep.source] = operand
+        ann["source_add"] = cur
+    if ep.activation:
+        cur, extra = activation_pattern(ep.activation, cur)
+        ann.update(extra)
+    if ep.cast:
+        cur = is_op("relax.astype")(cur)
+    return cur, ann

@@ -1,0 +1,162 @@
+"""nvcc for CUTLASS sources: include paths, flags, and an on-disk cache keyed by source hash.
+
+CUTLASS instances take tens of seconds each to compile on a small machine, so every object
+is cached under :func:`cache_dir` (``$TVM_EXT_CUTLASS_CACHE`` or ``~/.cache/tvm_ext/cutlass``)
+with the SHA-256 of (source, flags, nvcc version) as its name. Compiles run in parallel.
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import logging
+import os
+import shutil
+import subprocess
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Sequence
+
+from ..errors import KernelCompileError
+from .errors import CutlassSetupError
+
+_LOG = logging.getLogger(__name__)
+CACHE_ENV = "TVM_EXT_CUTLASS_CACHE"
+
+
+def cutlass_root() -> Path:
+    """``cutlass_library/source`` of the installed ``nvidia-cutlass`` package."""
+    try:
+        import cutlass_library
+    except ImportError as err:
+        raise CutlassSetupError("the CUTLASS offload needs the 'nvidia-cutlass' package (pip install nvidia-cutlass)") from err
+    root = Path(cutlass_library.__file__).parent / "source"
+    if not (root / "include" / "cutlass" / "cutlass.h").exists():
+        raise CutlassSetupError(f"CUTLASS headers not found under {root}")
+    return root
+
+
+def tvm_ffi_include() -> Path:
+    import tvm_ffi.libinfo
+
+    return Path(tvm_ffi.libinfo.find_include_path())
+
+
+def include_dirs() -> list[Path]:
+    """CUTLASS, CUTLASS util, CUTLASS example 13 (back-to-back kernels) and TVM-FFI includes."""
+    root = cutlass_root()
+    return [root / "include", root / "tools" / "util" / "include", root / "examples" / "13_two_tensor_op_fusion",
+            tvm_ffi_include()]
+
+
+@functools.lru_cache(maxsize=None)
+def cuda_home() -> Path:
+    """The CUDA toolkit root.
+
+    ``CUDA_PATH``/``CUDA_HOME`` if set; otherwise the ``TOP`` that ``nvcc -v --dryrun`` reports,
+    which also sees through wrapper scripts named ``nvcc`` on PATH.
+    """
+    for env in ("CUDA_PATH", "CUDA_HOME"):
+        if os.environ.get(env) and (Path(os.environ[env]) / "bin" / "nvcc").exists():
+            return Path(os.environ[env])
+    nvcc = shutil.which("nvcc")
+    if nvcc is None:
+        raise CutlassSetupError("nvcc not found: install the CUDA toolkit or set CUDA_PATH")
+    proc = subprocess.run([nvcc, "-v", "--dryrun", "-x", "cu", "-c", os.devnull, "-o", os.devnull],
+                          capture_output=True, text=True, check=False)
+    for line in (proc.stderr + proc.stdout).splitlines():
+        if line.startswith("#$ TOP="):
+            return Path(os.path.realpath(line.split("=", 1)[1].strip()))
+    return Path(os.path.realpath(nvcc)).parent.parent
+
+
+def nvcc_path() -> str:
+    return str(cuda_home() / "bin" / "nvcc")
+
+
+@functools.lru_cache(maxsize=None)
+def nvcc_version() -> str:
+    out = subprocess.run([nvcc_path(), "--version"], capture_output=True, text=True, check=False)
+    return out.stdout.strip().splitlines()[-1] if out.stdout else "unknown"
+
+
+def arch_flags(arch: str) -> list[str]:
+    """``-gencode`` for ``sm_80`` / ``sm_90a`` style names."""
+    num = arch.replace("sm_", "")
+    return [f"-gencode=arch=compute_{num},code=sm_{num}"]
+
+
+def nvcc_flags(arch: str) -> list[str]:
+    """Flags for a CUTLASS translation unit (object file, position independent)."""
+    return ["-std=c++17", "-O3", "-DNDEBUG", "-DCUTLASS_ENABLE_TENSOR_CORE_MMA=1", "--expt-relaxed-constexpr",
+            "-Xcompiler=-fPIC", "-Xcompiler=-fvisibility=default", "-w", *arch_flags(arch)]
+
+
+def cache_dir() -> Path:
+    path = Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "tvm_ext" / "cutlass")
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def source_key(source: str, flags: Sequence[str]) -> str:
+    digest = hashlib.sha256()
+    for part in (source, "\0".join(flags), nvcc_version()):
+        digest.update(part.encode())
+        digest.update(b"\0")
+    return digest.hexdigest()[:32]
+
+
+def compile_object(source: str, arch: str, *, extra_flags: Sequence[str] = (), link: bool = False) -> Path:
+    """Compile ``source`` to an object (``link=True``: an executable) and return the cached path.
+
+    Raises
+    ------
+    KernelCompileError
+        nvcc failed; the message holds the end of its output.
+    """
+    flags = nvcc_flags(arch) + [f"-I{d}" for d in include_dirs()] + list(extra_flags)
+    suffix = ".bin" if link else ".o"
+    target = cache_dir() / (source_key(source, flags + [suffix]) + suffix)
+    if target.exists():
+        _LOG.debug("nvcc cache hit %s", target.name)
+        if link and not os.access(target, os.X_OK):
+            os.chmod(target, 0o755)
+        return target
+    with tempfile.TemporaryDirectory(prefix="tvm_ext_cutlass_") as tmp:
+        src = Path(tmp) / "kernel.cu"
+        src.write_text(source)
+        out = Path(tmp) / ("out" + suffix)
+        cmd = [nvcc_path(), *flags, *([] if link else ["-c"]), str(src), "-o", str(out)]
+        _LOG.info("nvcc %s (%d lines)", arch, source.count("\n"))
+        proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        if proc.returncode != 0:
+            tail = (proc.stderr or proc.stdout)[-4000:]
+            raise KernelCompileError(f"nvcc failed for {arch}:\n{tail}")
+        tmp_target = target.with_suffix(f".{os.getpid()}.tmp")
+        shutil.copyfile(out, tmp_target)
+        if link:
+            os.chmod(tmp_target, 0o755)
+        os.replace(tmp_target, target)  # atomic: parallel builds never see half a file
+    return target
+
+
+def compile_many(sources: Sequence[str], arch: str, *, jobs: int | None = None,
+                 extra_flags: Sequence[str] = (), link: bool = False) -> list[Path]:
+    """Compile several sources in parallel (``jobs`` defaults to the CPU count)."""
+    jobs = jobs or os.cpu_count() or 1
+    with ThreadPoolExecutor(max_workers=max(1, min(jobs, len(sources) or 1))) as pool:
+        futures = [pool.submit(compile_object, s, arch, extra_flags=extra_flags, link=link) for s in sources]
+        return [f.result() for f in futures]
+
+
+def link_relocatable(objects: Sequence[Path], out: Path) -> Path:
+    """Merge objects into one relocatable object (``ld -r``) for ``load_static_library``."""
+    ld = shutil.which("ld")
+    if ld is None:
+        raise CutlassSetupError("the linker 'ld' is missing")
+    tmp = out.with_suffix(f".{os.getpid()}.tmp")
+    proc = subprocess.run([ld, "-r", *map(str, objects), "-o", str(tmp)], capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise KernelCompileError(f"ld -r failed: {proc.stderr[-2000:]}")
+    os.replace(tmp, out)
+    return out

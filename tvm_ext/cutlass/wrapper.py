@@ -1,0 +1,146 @@
+"""TVM-FFI glue: one exported function per offloaded Relax function.
+
+Each exported function takes the Relax call's tensors in order plus the output (destination
+passing style), checks shapes and dtypes, fills a ``TvmExtGemmArgs``/``TvmExtConv2dArgs`` and
+calls the instance's C entry point on the stream TVM is using (``TVMFFIEnvGetStream``).
+The glue is plain C++ (host only) and compiles with g++ in a second or two.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Sequence
+
+from ..errors import KernelCompileError
+from .emit_gemm import ARGS_HEADER
+from .errors import CutlassSetupError
+from .nvcc import cache_dir, cuda_home, source_key, tvm_ffi_include
+from .workload import ROLE_A, ROLE_B, ROLE_BIAS, ROLE_RESIDUAL, Conv2dWorkload, GemmWorkload, Offload
+
+_DL_CODES = {"float16": (2, 16), "bfloat16": (4, 16), "float32": (2, 32)}
+
+GLUE_PRELUDE = r"""
+#include <tvm/ffi/function.h>
+#include <tvm/ffi/container/tensor.h>
+#include <tvm/ffi/extra/c_env_api.h>
+""" + ARGS_HEADER + r"""
+namespace {
+inline void* tvm_ext_ptr(const tvm::ffi::TensorView& t) {
+  return static_cast<char*>(t.data_ptr()) + t.byte_offset();
+}
+inline void tvm_ext_check(const tvm::ffi::TensorView& t, int64_t numel, uint8_t code, uint8_t bits,
+                          const char* fn, const char* what) {
+  TVM_FFI_CHECK(t.numel() == numel, ValueError) << fn << ": " << what << " has " << t.numel()
+      << " elements, expected " << numel;
+  TVM_FFI_CHECK(t.dtype().code == code && t.dtype().bits == bits, TypeError) << fn << ": " << what
+      << " has the wrong dtype";
+  TVM_FFI_CHECK(t.IsContiguous(), ValueError) << fn << ": " << what << " must be contiguous";
+}
+}  // namespace
+"""
+
+
+def _numel(shape: Sequence[int]) -> int:
+    out = 1
+    for d in shape:
+        out *= d
+    return out
+
+
+def _gemm_fill(wl: GemmWorkload, ptr: dict[str, str]) -> list[str]:
+    m, n, k = wl.m, wl.n, wl.k
+    source = ptr.get(ROLE_BIAS) or ptr.get(ROLE_RESIDUAL) or "nullptr"
+    is_bias = ROLE_BIAS in ptr
+    return [
+        f"args.batch = {wl.batch}; args.m = {m}; args.n = {n}; args.k = {k};",
+        f"args.a = {ptr[ROLE_A]}; args.b = {ptr[ROLE_B]}; args.source = {source}; args.d = {ptr['out']};",
+        f"args.lda = {k}; args.ldb = {n if wl.layout_b == 'row' else k}; args.ldc = {0 if is_bias else n}; args.ldd = {n};",
+        f"args.batch_stride_a = {m * k}; args.batch_stride_b = {k * n if wl.b_batched else 0};",
+        f"args.batch_stride_c = {0 if is_bias else m * n}; args.batch_stride_d = {m * n};",
+    ]
+
+
+def _conv_fill(wl: Conv2dWorkload, ptr: dict[str, str]) -> list[str]:
+    source = ptr.get(ROLE_BIAS) or ptr.get(ROLE_RESIDUAL) or "nullptr"
+    return [
+        f"args.n = {wl.n}; args.h = {wl.h}; args.w = {wl.w}; args.c = {wl.c}; args.k = {wl.k};",
+        f"args.r = {wl.r}; args.s = {wl.s}; args.p = {wl.p}; args.q = {wl.q};",
+        f"args.pad_h = {wl.pad[0]}; args.pad_w = {wl.pad[1]}; args.stride_h = {wl.stride[0]};",
+        f"args.stride_w = {wl.stride[1]}; args.dilation_h = {wl.dilation[0]}; args.dilation_w = {wl.dilation[1]};",
+        f"args.x = {ptr[ROLE_A]}; args.w_ptr = {ptr[ROLE_B]}; args.source = {source}; args.y = {ptr['out']};",
+        f"args.source_is_vector = {1 if ROLE_BIAS in ptr else 0};",
+    ]
+
+
+def _b2b_fill(wl, ptr: dict[str, str]) -> list[str]:
+    return [f"args.m = {wl.m}; args.n0 = {wl.n0}; args.k0 = {wl.k0}; args.n1 = {wl.n1};",
+            f"args.a0 = {ptr[ROLE_A]}; args.b0 = {ptr[ROLE_B]}; args.bias0 = {ptr[ROLE_BIAS]};",
+            f"args.b1 = {ptr['b1']}; args.bias1 = {ptr['bias1']}; args.d = {ptr['out']};"]
+
+
+def emit_glue_function(off: Offload, entry: str) -> str:
+    """C++ for the exported function ``off.symbol`` calling the C entry point ``entry``."""
+    wl = off.workload
+    params = [f"tvm::ffi::TensorView p{i}" for i in range(len(off.roles))] + ["tvm::ffi::TensorView out"]
+    checks, ptr = [], {"out": "tvm_ext_ptr(out)"}
+    in_code, in_bits = _DL_CODES[wl.dtype]
+    for i, (role, shape) in enumerate(zip(off.roles, off.param_shapes)):
+        if role in (ROLE_A, ROLE_B, "b1"):
+            checks.append(f'tvm_ext_check(p{i}, {_numel(shape)}, {in_code}, {in_bits}, "{off.symbol}", "{role}");')
+        elif role in (ROLE_BIAS, ROLE_RESIDUAL, "bias1"):
+            code, bits = _DL_CODES[getattr(wl, "out_dtype", wl.final_dtype)]  # pre-cast dtype
+            checks.append(f'tvm_ext_check(p{i}, {_numel(shape)}, {code}, {bits}, "{off.symbol}", "{role}");')
+        else:
+            continue
+        ptr[role] = f"tvm_ext_ptr(p{i})"
+    out_code, out_bits = _DL_CODES[wl.final_dtype]
+    checks.append(f'tvm_ext_check(out, {_numel(off.out_shape)}, {out_code}, {out_bits}, "{off.symbol}", "output");')
+    if isinstance(wl, Conv2dWorkload):
+        fill, args_type = _conv_fill(wl, ptr), "TvmExtConv2dArgs"
+    elif isinstance(wl, GemmWorkload):
+        fill, args_type = _gemm_fill(wl, ptr), "TvmExtGemmArgs"
+    else:
+        fill, args_type = _b2b_fill(wl, ptr), "TvmExtB2bGemmArgs"
+    body = "\n  ".join(checks + [f"{args_type} args{{}};"] + fill)
+    return f"""
+extern "C" int {entry}(const {args_type}*, char*, int);
+static void {off.symbol}_impl({", ".join(params)}) {{
+  {body}
+  args.stream = static_cast<cudaStream_t>(TVMFFIEnvGetStream(out.device().device_type, out.device().device_id));
+  char err[512] = {{0}};
+  if ({entry}(&args, err, sizeof(err)) != 0) {{
+    TVM_FFI_THROW(RuntimeError) << "{off.symbol} (CUTLASS): " << err;
+  }}
+}}
+TVM_FFI_DLL_EXPORT_TYPED_FUNC({off.symbol}, {off.symbol}_impl);
+"""
+
+
+def emit_glue(offloads: Sequence[Offload], entries: Sequence[str]) -> str:
+    """The whole glue translation unit."""
+    return GLUE_PRELUDE + "".join(emit_glue_function(o, e) for o, e in zip(offloads, entries))
+
+
+def compile_glue(source: str) -> Path:
+    """Compile the glue with g++ (cached like the kernels)."""
+    flags = ["-std=c++17", "-O2", "-fPIC", "-c", f"-I{cuda_home() / 'include'}", f"-I{tvm_ffi_include()}"]
+    target = cache_dir() / (source_key(source, flags + ["glue"]) + ".o")
+    if target.exists():
+        return target
+    with tempfile.TemporaryDirectory(prefix="tvm_ext_glue_") as tmp:
+        src = Path(tmp) / "glue.cc"
+        src.write_text(source)
+        out = Path(tmp) / "glue.o"
+        cxx = shutil.which("g++") or shutil.which("c++")
+        if cxx is None:
+            raise CutlassSetupError("a host C++ compiler (g++) is needed for the CUTLASS glue")
+        proc = subprocess.run([cxx, *flags, str(src), "-o", str(out)], capture_output=True, text=True, check=False)
+        if proc.returncode != 0:
+            raise KernelCompileError(f"g++ failed on the CUTLASS glue:\n{proc.stderr[-4000:]}")
+        staged = target.with_suffix(f".{os.getpid()}.tmp")
+        shutil.copyfile(out, staged)
+        os.replace(staged, target)  # atomic for concurrent builds
+    return target
