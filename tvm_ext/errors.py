@@ -57,3 +57,7 @@ class AnalysisError(TvmExtError):
 
 class KernelCompileError(TvmExtError):
     """Generated CUDA source does not compile with nvcc (or nvcc / the CUDA toolkit is missing)."""
+
+
+class SkeletonError(TvmExtError):
+    """A skeleton's refill record is missing, malformed or does not match its graph."""

@@ -27,6 +27,7 @@ from .errors import ModelConversionError, ModelLoadError, TvmExtError, Unsupport
 from .frontend_fp16 import ConvertToFloat16
 from .frontend_inputs import module_input_info, random_inputs
 from .frontend_shapes import bind_input_shapes, onnx_input_info, user_inputs
+from .models.skeleton import fill_skeleton, is_skeleton
 
 logger = logging.getLogger(__name__)
 
@@ -59,6 +60,8 @@ _DIRECTLY_HANDLED = frozenset({"If"})
 def load_onnx(model: ModelLike) -> onnx.ModelProto:
     """Load ``model`` (a path or a ``ModelProto``) and check that it is a complete ONNX graph.
 
+    A skeleton (see :mod:`tvm_ext.models.skeleton`) is filled with its deterministic weights.
+
     Raises
     ------
     ModelLoadError
@@ -74,6 +77,8 @@ def load_onnx(model: ModelLike) -> onnx.ModelProto:
             f"expected a path or an onnx.ModelProto, got {type(model).__name__}"
         )
     _check_complete(proto, label)
+    if is_skeleton(proto):  # weight-free corpus graph: refill its weights deterministically
+        proto = fill_skeleton(proto)
     if proto.functions:
         proto = onnx.inliner.inline_local_functions(proto)
     return proto
