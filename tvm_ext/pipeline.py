@@ -14,6 +14,10 @@ Registered pipeline names: ``"tvm_ext"`` (preset from :func:`use_preset`, defaul
     with tvm_ext.use_preset("baseline"):
         ex = tvm.compile(mod, target="tvm_ext/h100", relax_pipeline="tvm_ext")
     ex = tvm_ext.compile("model.onnx", target="tvm_ext/h100", preset="baseline")
+
+A preset whose kernels use an in-kernel grid barrier (``stitch``) also needs its TIR pipeline,
+which marks those kernels for cooperative launch: ``tvm.compile(mod, target,
+relax_pipeline="tvm_ext.stitch", tir_pipeline="tvm_ext")`` (``tvm_ext.compile`` does this).
 """
 from __future__ import annotations
 
@@ -56,6 +60,20 @@ def _default_lower(target: tvm.target.Target) -> PassList:
     return cuda.dataflow_lower_passes(target) + cuda.finalize_passes(target)
 
 
+def _stitch_graph(target: tvm.target.Target) -> PassList:
+    """AStitch: memory-intensive groups stitched instead of TVM's FuseOps."""
+    from .stitch import stitch_graph_passes
+
+    return stitch_graph_passes(target)
+
+
+def _stitch_schedule(target: tvm.target.Target) -> PassList:
+    """Our schedules for stitched kernels, dlight's default rules for the rest."""
+    from .stitch import stitch_schedule_passes
+
+    return stitch_schedule_passes(target)
+
+
 def _cutlass_graph(target: tvm.target.Target) -> PassList:
     """Bolt: offload GEMM/conv (+epilogues) to CUTLASS, then the baseline graph stage."""
     from .cutlass import offload_passes
@@ -80,6 +98,10 @@ class Preset:
         ``None`` means the preset is planned but not implemented yet.
     schedule : callable
         ``target -> [Pass]``: GPU scheduling of the fused PrimFuncs.
+    lower : callable
+        ``target -> [Pass]``: Relax dataflow lowering and VM finalization.
+    tir_pipeline : str
+        The TIR pipeline ``tvm.compile`` must use for this preset's kernels.
     """
 
     name: str
@@ -88,6 +110,9 @@ class Preset:
     graph: Callable[[tvm.target.Target], PassList] | None = None
     schedule: Callable[[tvm.target.Target], PassList] = _baseline_schedule
     lower: Callable[[tvm.target.Target], PassList] = _default_lower
+    #: TIR pipeline name for ``tvm.compile(..., tir_pipeline=...)``; presets whose kernels need
+    #: launch attributes added after host/device split (grid sync) name ``"tvm_ext"``.
+    tir_pipeline: str = "default"
 
     @property
     def implemented(self) -> bool:
@@ -209,7 +234,8 @@ def compile(  # noqa: A001 - mirrors tvm.compile
     """
     mod = load_module(model, shapes=shapes, fp16=fp16)
     tgt = target if isinstance(target, tvm.target.Target) else tvm.target.Target(target)
-    return tvm.compile(mod, tgt, relax_pipeline=preset_pipeline(preset, tgt))
+    p = get_preset(preset)
+    return tvm.compile(mod, tgt, relax_pipeline=preset_pipeline(p, tgt), tir_pipeline=p.tir_pipeline)
 
 
 def load_module(model: tvm.IRModule | str | Path, *, shapes: Mapping[str, Sequence[int]] | None = None,
@@ -233,10 +259,12 @@ def _planned(name: str, description: str, techniques: tuple[str, ...]) -> Preset
 
 register_preset(Preset("baseline", "TVM 0.27's default CUDA pipeline, unchanged (dlight schedules)",
                        graph=_baseline_graph))
+register_preset(Preset("stitch", "AStitch: memory-intensive subgraphs stitched into one kernel, then baseline",
+                       techniques=("stitch",), graph=_stitch_graph, schedule=_stitch_schedule,
+                       tir_pipeline="tvm_ext"))
 register_preset(Preset("cutlass", "Bolt: GEMM/conv offload to CUTLASS with epilogue fusion, then baseline",
                        techniques=("cutlass",), graph=_cutlass_graph))
 for _name, _desc, _tech in [
-    ("stitch", "AStitch: memory-intensive subgraphs stitched into one kernel", ("stitch",)),
     ("tilegraph", "Welder: tile-graph fusion across memory levels", ("tilegraph",)),
     ("orchestrate", "Korch: operator fission + optimal kernel selection (BLP)", ("fission", "orchestrate")),
     ("subprogram", "SOUFFLE: global analysis, grid-synced multi-stage kernels", ("subprogram",)),

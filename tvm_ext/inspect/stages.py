@@ -144,7 +144,7 @@ def build_stages(mod: tvm.IRModule, target: tvm.target.Target, preset: str | Pre
 
     start = time.perf_counter()
     with target:  # nvcc-based module creation reads Target.current() for the arch
-        executable = tvm.compile(snapshot(lowered), target, relax_pipeline=None)
+        executable = tvm.compile(snapshot(lowered), target, relax_pipeline=None, tir_pipeline=p.tir_pipeline)
     seconds["build"] = time.perf_counter() - start
     return StagedBuild(preset=p, target=target, source=mod, fused_ops=fused_ops, graph=graph,
                        scheduled=scheduled, lowered=lowered, executable=executable, stage_seconds=seconds)

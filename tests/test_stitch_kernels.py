@@ -1,0 +1,175 @@
+"""Stitched kernels generate CUDA that nvcc compiles for sm_80 and sm_90 (no GPU needed).
+
+Regional groups (layer norm, softmax) are one kernel that keeps row results in shared memory;
+a global-scheme group (the paper's Figure 7) is one kernel with grid barriers, a launch bound
+and the cooperative-launch tag.
+"""
+from __future__ import annotations
+
+import re
+
+import pytest
+import tvm
+from tvm import relax
+
+import tvm_ext.tir as ttir
+from tvm_ext.frontend import from_onnx
+from tvm_ext.inspect.kernel_check import compile_cuda_source, nvcc_available
+from tvm_ext.models import get_model
+from tvm_ext.pipeline import Preset, preset_pipeline
+from tvm_ext.stitch import REPORT_ATTR, stitch_graph_passes, stitch_schedule_passes
+
+pytestmark = pytest.mark.skipif(not nvcc_available(), reason="nvcc / CUDA toolkit not found")
+
+STITCH = Preset("stitch", "test preset", ("stitch",), graph=stitch_graph_passes, schedule=stitch_schedule_passes)
+TARGETS = ["tvm_ext/a100", "tvm_ext/h100"]     # sm_80, sm_90
+_KERNEL = re.compile(r'extern "C" __global__ void (?:__launch_bounds__\(([^)]*)\) )?(\w+)\(')
+
+
+def _module(params, body) -> tvm.IRModule:
+    bb = relax.BlockBuilder()
+    with bb.function("main", params):
+        with bb.dataflow():
+            out = bb.emit_output(body(*params))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+def layer_norm_module():
+    t = relax.TensorType
+    return _module([relax.Var("x", t((8, 128, 768), "float32")), relax.Var("g", t((768,), "float32")),
+                    relax.Var("b", t((768,), "float32"))],
+                   lambda x, g, b: relax.op.nn.layer_norm(x, g, b, axes=[-1]))
+
+
+def softmax_module():
+    return _module([relax.Var("x", relax.TensorType((8, 12, 128, 128), "float32"))],
+                   lambda x: relax.op.nn.softmax(x, axis=-1))
+
+
+def figure7_module(m=256, n=64):
+    t = relax.TensorType
+    p1, p2, p3 = relax.Var("p1", t((m, n), "float32")), relax.Var("p2", t((m,), "float32")), \
+        relax.Var("p3", t((m, n), "float32"))
+
+    def body(p1, p2, p3):
+        r1 = relax.op.sum(relax.op.add(p1, relax.op.reshape(p2, (m, 1))), axis=[1])
+        pw = relax.op.power(relax.op.divide(p2, r1), relax.const(2.0, "float32"))
+        b2 = relax.op.reshape(pw, (m, 1))
+        return relax.op.multiply(b2, relax.op.sum(relax.op.add(b2, p3), axis=[0]))
+    return _module([p1, p2, p3], body)
+
+
+def squeeze_excite_module():
+    t = relax.TensorType
+    x, w1, w2 = relax.Var("x", t((1, 256, 7, 7), "float32")), relax.Var("w1", t((64, 256, 1, 1), "float32")), \
+        relax.Var("w2", t((256, 64, 1, 1), "float32"))
+
+    def body(x, w1, w2):
+        s = relax.op.mean(x, axis=[2, 3], keepdims=True)
+        e = relax.op.sigmoid(relax.op.nn.conv2d(relax.op.nn.relu(relax.op.nn.conv2d(s, w1)), w2))
+        return relax.op.multiply(x, e)
+    return _module([x, w1, w2], body)
+
+
+def long_rows_module():
+    return _module([relax.Var("x", relax.TensorType((64, 30000), "float32"))],
+                   lambda x: relax.op.sum(x, axis=[1]))
+
+
+def _scheduled(mod, target):
+    with target:
+        return tvm.transform.Sequential(stitch_graph_passes(target) + stitch_schedule_passes(target))(mod)
+
+
+def _cuda(mod, target) -> str:
+    with target:
+        ex = tvm.compile(mod, target, relax_pipeline=preset_pipeline(STITCH, target), tir_pipeline=ttir.PIPELINE_NAME)
+    return ex.mod.imports[0].imports[0].inspect_source()
+
+
+def _kernels(src: str) -> dict[str, str | None]:
+    return {name: bounds for bounds, name in _KERNEL.findall(src)}
+
+
+@pytest.mark.parametrize("make", [layer_norm_module, softmax_module], ids=["layer_norm", "softmax"])
+@pytest.mark.parametrize("target_name", TARGETS)
+def test_regional_groups_are_one_kernel_with_shared_memory(make, target_name):
+    target = tvm.target.Target(target_name)
+    mod = make()
+    report = dict(_scheduled(mod, target).attrs[REPORT_ATTR])
+    assert list(report.values()) == ["stitched"]                 # ours, no grid barrier
+    src = _cuda(mod, target)
+    assert len(_kernels(src)) == 1
+    assert "__shared__" in src and "__syncthreads()" in src      # row results pass through shared memory
+    assert "grid_sync" not in src
+    compile_cuda_source(src, target)
+
+
+@pytest.mark.parametrize("target_name", TARGETS)
+def test_global_scheme_group_has_grid_barrier_and_cooperative_launch(target_name):
+    target = tvm.target.Target(target_name)
+    mod = figure7_module()
+    scheduled = _scheduled(mod, target)
+    assert list(dict(scheduled.attrs[REPORT_ATTR]).values()) == ["stitched+grid_sync"]
+    func = next(f for gv, f in scheduled.functions_items() if gv.name_hint.startswith("fused"))
+    assert int(func.attrs[ttir.MIN_BLOCKS_ATTR]) >= 1 and len(func.params) == 3 + 1 + 2   # two global workspaces
+    src = _cuda(mod, target)
+    kernels = _kernels(src)
+    assert len(kernels) == 1
+    (bounds,) = kernels.values()
+    threads, min_blocks = (int(v) for v in bounds.split(","))
+    assert min_blocks == int(func.attrs[ttir.MIN_BLOCKS_ATTR]) and threads >= 32
+    assert src.count("tvm_builtin_cuda_grid_sync();") == 2        # power.1 and reduce.2 are global
+    compile_cuda_source(src, target)
+    kernel = _device_kernels(func.with_attr("global_symbol", "fig7"), target)["fig7_kernel"]
+    assert ttir.COOPERATIVE_TAG in ttir.launch_params(kernel)
+
+
+_CAPTURED: list = []
+
+
+def _capture_factory():
+    passes, fin_host, fin_dev = tvm.tirx.get_tir_pipeline(ttir.PIPELINE_NAME)
+
+    @tvm.transform.module_pass(opt_level=0, name="CaptureStitchKernels")
+    def capture(mod, _ctx):
+        _CAPTURED.append(mod)
+        return mod
+
+    return tvm.transform.Sequential([passes, capture]), fin_host, fin_dev
+
+
+def _device_kernels(func, target) -> dict:
+    from tvm.tirx import compilation_pipeline
+
+    if "tvm_ext_test_stitch_capture" not in compilation_pipeline.PIPELINE_MAP:
+        compilation_pipeline.register_tir_pipeline("tvm_ext_test_stitch_capture", _capture_factory)
+    _CAPTURED.clear()
+    tvm.compile(tvm.IRModule({"fig7": func}), target, tir_pipeline="tvm_ext_test_stitch_capture")
+    return {gv.name_hint: f for gv, f in _CAPTURED[-1].functions_items() if ttir.is_device_kernel(f)}
+
+
+@pytest.mark.parametrize("make,syncs", [(squeeze_excite_module, True), (long_rows_module, True)],
+                         ids=["squeeze_excite", "split_rows"])
+def test_global_kernels_compile(make, syncs):
+    target = tvm.target.Target("tvm_ext/a100")
+    mod = make()
+    report = dict(_scheduled(mod, target).attrs[REPORT_ATTR])
+    assert all(v == "stitched+grid_sync" for v in report.values()) and report
+    src = _cuda(mod, target)
+    assert len(_kernels(src)) == 1 and ("tvm_builtin_cuda_grid_sync();" in src) == syncs
+    compile_cuda_source(src, target)
+
+
+@pytest.mark.parametrize("target_name", TARGETS)
+def test_bundled_bert_layer_compiles(target_name):
+    target = tvm.target.Target(target_name)
+    mod = from_onnx(get_model("bert_layer"))
+    report = dict(_scheduled(mod, target).attrs[REPORT_ATTR])
+    assert report and all(v.startswith("stitched") for v in report.values())
+    src = _cuda(mod, target)
+    names = set(_kernels(src))
+    assert {"softmax_kernel", "layer_norm_kernel"} <= names
+    assert not any("transpose" in n and "matmul" not in n for n in names)   # no data-movement kernels
+    compile_cuda_source(src, target)

@@ -1,0 +1,182 @@
+"""Planning step 1 (AStitch §4.2-4.3): local ops, dominant candidates, dominant merging, groups.
+
+On the ops of one PrimFunc (:class:`~tvm_ext.stitch.ops.StitchGraph`):
+
+* an op is **local** (kept in registers: inlined into its consumers) unless it is a reduction,
+  a heavy elementwise op whose result some consumer reads one-to-many (a broadcast, possibly
+  behind reshapes; a reduction that reuses the value along its row), or an output of the
+  function; those are the **dominant candidates**;
+* the *upstream local closure* of a candidate is every local op (and function input) it
+  reaches backwards through local ops only, since a local op's thread mapping is derived from
+  its consumer (observation A);
+* **dominant merging**: candidates whose closures share an op or an input (the paper's
+  "connected through ops of only local scheme", e.g. ``parameter.2`` in Figure 9) form one
+  group; its **dominant** is the first reduction (reductions are preferred), the others are
+  **sub-dominants**; the group is the candidates plus their closures.
+
+Example
+-------
+>>> d = find_dominants(StitchGraph.from_prim_func(layer_norm_func))
+>>> d.dominants, d.sub_dominants
+(('x_sum',), {'x_var_sum': 'x_sum', 'T_layer_norm': 'x_sum'})
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import tvm
+import tvm_ffi
+
+from ..analysis import DependencyKind
+
+from .ops import StitchGraph, StitchOp
+
+
+@dataclass(frozen=True)
+class Dominance:
+    """Result of :func:`find_dominants` (op names throughout)."""
+
+    local: tuple[str, ...]
+    candidates: tuple[str, ...]
+    dominants: tuple[str, ...]
+    sub_dominants: dict[str, str]
+    groups: dict[str, tuple[str, ...]] = field(default_factory=dict)
+
+    def group_of(self, op: str) -> str:
+        """The dominant of the group holding ``op``."""
+        for dom, members in self.groups.items():
+            if op in members:
+                return dom
+        raise KeyError(f"op '{op}' is in no group")
+
+
+def _uses_any(indices, variables) -> bool:
+    found: list = []
+    for idx in indices:
+        tvm_ffi.structural_walk(idx, (tvm.ir.Var, found.append))
+    return any(any(v.same_as(x) for x in variables) for v in found)
+
+
+def fans_out(consumer: StitchOp, buffer: str, kind: DependencyKind) -> bool:
+    """Whether ``consumer`` reads each element of ``buffer`` for several of its own elements.
+
+    A broadcast (or window) read does; so does a reduction that reads the buffer without its
+    reduction iterators (the value is reused along the whole row). A reduction reading through
+    its reduction iterators consumes each element once (many-to-one), which does not count.
+    """
+    if kind in (DependencyKind.BROADCAST, DependencyKind.WINDOW):
+        return True
+    if consumer.is_reduce and consumer.reduce_extent > 1:
+        red = list(consumer.reduce_vars)
+        return any(not _uses_any(idx, red) for idx in consumer.read_indices.get(buffer, ()))
+    return False
+
+
+def feeds_broadcast(graph: StitchGraph, op: StitchOp) -> bool:
+    """Whether some consumer reads ``op``'s value one-to-many, directly or through reshapes.
+
+    Relax legalizes ``broadcast(pow(x))`` with a reshape (``expand_dims``) in between, so
+    one-to-one and injective (remapping) edges into non-reduction ops are followed.
+    """
+    seen: set[str] = set()
+    todo = [op]
+    while todo:
+        cur = todo.pop()
+        for consumer, kind in graph.consumers(cur):
+            if fans_out(consumer, cur.buffer, kind):
+                return True
+            passthrough = kind in (DependencyKind.ONE_TO_ONE, DependencyKind.INJECTIVE_REMAP)
+            if passthrough and not consumer.is_reduce and not consumer.heavy and consumer.name not in seen:
+                seen.add(consumer.name)
+                todo.append(consumer)
+    return False
+
+
+def is_candidate(graph: StitchGraph, op: StitchOp) -> bool:
+    """Whether ``op`` must be a dominant candidate (not of local scheme)."""
+    if op.is_reduce or op.writes_output:
+        return True
+    return op.heavy and feeds_broadcast(graph, op)
+
+
+def _closure(graph: StitchGraph, op: StitchOp, local: set[str]) -> set[str]:
+    """Local ops (by name) and inputs (``"input:<name>"``) reached backwards through local ops."""
+    found: set[str] = set()
+    todo = [op]
+    while todo:
+        cur = todo.pop()
+        for read in cur.reads:
+            producer = graph.writer(read.buffer)
+            if producer is None:
+                found.add(f"input:{read.buffer}")
+            elif producer.name in local and producer.name not in found:
+                found.add(producer.name)
+                todo.append(producer)
+    return found
+
+
+def find_dominants(graph: StitchGraph, *, force_candidates: frozenset[str] = frozenset(),
+                   force_local: frozenset[str] = frozenset()) -> Dominance:
+    """Planning step 1 on ``graph`` (see the module docstring).
+
+    Parameters
+    ----------
+    graph : StitchGraph
+    force_candidates : set of str
+        Ops to treat as candidates regardless of the rule (e.g. ones that cannot be inlined).
+    force_local : set of str
+        Non-reduction, non-output ops to treat as local regardless of the rule.
+    """
+    local: set[str] = set()
+    candidates: list[StitchOp] = []
+    for op in graph.ops:
+        forced_local = op.name in force_local and not (op.is_reduce or op.writes_output)
+        if op.name in force_candidates or (is_candidate(graph, op) and not forced_local):
+            candidates.append(op)
+        else:
+            local.add(op.name)
+    closures = {c.name: _closure(graph, c, local) for c in candidates}
+    parent = {c.name: c.name for c in candidates}
+
+    def find(x: str) -> str:
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    owner: dict[str, str] = {}
+    for c in candidates:
+        for item in closures[c.name]:
+            if item in owner:
+                a, b = find(owner[item]), find(c.name)
+                if a != b:
+                    parent[b] = a
+            else:
+                owner[item] = c.name
+    sets: dict[str, list[StitchOp]] = {}
+    for c in candidates:
+        sets.setdefault(find(c.name), []).append(c)
+    dominants: list[str] = []
+    subs: dict[str, str] = {}
+    groups: dict[str, tuple[str, ...]] = {}
+    for members in sorted(sets.values(), key=lambda ms: min(m.index for m in ms)):
+        reduces = [m for m in members if m.is_reduce]
+        dom = min(reduces or members, key=lambda m: m.index)
+        dominants.append(dom.name)
+        names = {m.name for m in members}
+        for m in members:
+            if m.name != dom.name:
+                subs[m.name] = dom.name
+            names |= {x for x in closures[m.name] if not x.startswith("input:")}
+        groups[dom.name] = tuple(op.name for op in graph.ops if op.name in names)
+    grouped = {n for ms in groups.values() for n in ms}
+    stray = [op.name for op in graph.ops if op.name not in grouped]  # dead local ops
+    if stray and dominants:
+        first = dominants[0]
+        groups[first] = tuple(op.name for op in graph.ops if op.name in set(groups[first]) | set(stray))
+    return Dominance(local=tuple(op.name for op in graph.ops if op.name in local),
+                     candidates=tuple(c.name for c in candidates), dominants=tuple(dominants),
+                     sub_dominants=subs, groups=groups)
+
+
+__all__ = ["Dominance", "find_dominants", "is_candidate"]

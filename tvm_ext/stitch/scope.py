@@ -1,0 +1,369 @@
+"""Stitch scope (AStitch §4.1): which OpGraph nodes become one kernel.
+
+1. *Epilogues.* A compute node (matmul, conv) keeps the chain of elementwise / broadcast
+   consumers TVM's ``FuseOps`` would give it (bias add, activation, residual add), so
+   compute kernels stay as in the baseline and those ops do not count as stitched work.
+   It also takes the layout nodes (reshape, transpose) that only feed it or only follow its
+   epilogue: dlight's matmul schedule reads and writes through them.
+2. *Clustering.* The remaining memory-intensive nodes (elementwise, broadcast, injective,
+   reduce; gathers, which TVM marks opaque; contractions so small that they are memory-bound,
+   such as squeeze-excitation matrix-vector products) are clustered along producer -> consumer
+   edges, in topological order, into maximal groups that stay convex (no path leaves a group
+   and re-enters it), so compute-intensive or opaque nodes bound the groups and the condensed
+   graph stays acyclic.
+3. *Remote stitching.* Two groups with no path between them in either direction are merged
+   (the merge is convex by construction).
+
+Example
+-------
+>>> scope = stitch_scope(OpGraph.from_module(legalized))
+>>> [g.kind for g in scope.groups][:3]
+['epilogue', 'stitch', 'epilogue']
+"""
+from __future__ import annotations
+
+import heapq
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Iterable
+
+import tvm
+import tvm_ffi
+
+from ..graph import OpClass, OpGraph, TensorKind, sblocks
+from .kernels import has_contraction
+
+#: Operator classes that stitching treats as memory-intensive (paper §2.1).
+STITCH_CLASSES = frozenset({OpClass.ELEMENTWISE, OpClass.BROADCAST, OpClass.INJECTIVE, OpClass.REDUCE})
+#: TVM op patterns an epilogue may have (``kElemWise``, ``kBroadcast``).
+_EPILOGUE_PATTERNS = (0, 1)
+
+
+@dataclass(frozen=True)
+class ScopeGroup:
+    """A set of nodes that becomes one kernel.
+
+    Attributes
+    ----------
+    nodes : tuple of int
+        Node indices in topological order.
+    kind : str
+        ``"stitch"`` (memory-intensive nodes only), ``"epilogue"`` (a compute node and its
+        elementwise consumers) or ``"single"`` (one node left alone).
+    parts : int
+        Number of remote-stitched parts (independent sub-groups) in a stitch group.
+    """
+
+    nodes: tuple[int, ...]
+    kind: str
+    parts: int = 1
+
+
+@dataclass
+class StitchScope:
+    """Result of :func:`stitch_scope`."""
+
+    graph: OpGraph
+    groups: list[ScopeGroup] = field(default_factory=list)
+
+    def group_of(self) -> dict[int, int]:
+        """Node index -> index of its group in :attr:`groups`."""
+        return {n: gi for gi, g in enumerate(self.groups) for n in g.nodes}
+
+    @property
+    def stitched(self) -> list[ScopeGroup]:
+        """Groups of kind ``"stitch"`` with more than one node."""
+        return [g for g in self.groups if g.kind == "stitch" and len(g.nodes) > 1]
+
+
+def _is_gather(graph: OpGraph, index: int) -> bool:
+    """An opaque-pattern PrimFunc that is a gather (``take``): spatial blocks indexing by loaded data."""
+    node = graph.nodes[index]
+    if node.func is None or node.op_class != OpClass.OPAQUE:
+        return False
+    blocks = sblocks(node.func)
+    if not blocks:
+        return False
+    data_dependent = False
+    for block, _ in blocks:
+        if any(iv.iter_type != 0 for iv in block.iter_vars):
+            return False
+        loads: list = []
+        tvm_ffi.structural_walk(block.body, (tvm.ir.TensorLoad, loads.append))
+        for load in loads:
+            inner: list = []
+            for idx in load.indices:
+                tvm_ffi.structural_walk(idx, (tvm.ir.TensorLoad, inner.append))
+            data_dependent = data_dependent or bool(inner)
+    return data_dependent
+
+
+def is_stitchable(graph: OpGraph, index: int) -> bool:
+    """Whether node ``index`` is a memory-intensive op stitching may take.
+
+    A PrimFunc whose arithmetic intensity is below the graph's threshold and that is of a
+    memory-intensive class (elementwise, broadcast, injective, reduce) or a contraction that
+    is memory-bound anyway (a matrix-vector product such as a squeeze-excitation 1x1
+    convolution), or a gather (``take``, which TVM marks opaque).
+    """
+    node = graph.nodes[index]
+    if node.func is None:
+        return False
+    if _is_gather(graph, index):
+        return True
+    return node.memory_intensive and (node.op_class in STITCH_CLASSES or is_compute(graph, index))
+
+
+def is_compute_intensive(graph: OpGraph, index: int) -> bool:
+    """A compute node that is not memory-bound: it bounds stitch groups and keeps its epilogue."""
+    return is_compute(graph, index) and not graph.nodes[index].memory_intensive
+
+
+def is_compute(graph: OpGraph, index: int) -> bool:
+    """A compute node: class COMPUTE, or a PrimFunc with a contraction block (a convolution over
+    a padded intermediate, which the class test does not see)."""
+    node = graph.nodes[index]
+    return node.op_class == OpClass.COMPUTE or (node.func is not None and has_contraction(node.func))
+
+
+def _epilogue_eligible(graph: OpGraph, index: int, members: set[int], layout: bool) -> bool:
+    """An elementwise / broadcast node reading a member one-to-one (same shape), or (``layout``)
+    a layout node whose single input a member produces."""
+    node = graph.nodes[index]
+    if node.func is None or len(node.outputs) != 1:
+        return False
+    produced = {t: graph.tensors[t].shape for m in members for t in graph.nodes[m].outputs}
+    if layout and _is_layout(graph, index):
+        return node.inputs[0] in produced
+    shape = graph.tensors[node.outputs[0]].shape
+    return (node.pattern in _EPILOGUE_PATTERNS and node.op_class in (OpClass.ELEMENTWISE, OpClass.BROADCAST)
+            and any(produced.get(t) == shape for t in node.inputs))
+
+
+def _escaping(graph: OpGraph, members: set[int]) -> set[str]:
+    return {t for m in members for t in graph.nodes[m].outputs
+            if graph.tensors[t].kind == TensorKind.OUTPUT
+            or any(c not in members for c in graph.tensors[t].consumers)}
+
+
+def _epilogue_chain(graph: OpGraph, index: int, taken: set[int], position: dict[int, int],
+                    layout: bool = False) -> list[int]:
+    """Consumers a compute node absorbs, as ``FuseOps`` does (plus layout nodes if ``layout``).
+
+    Grows the set from the compute node through elementwise / broadcast consumers that read a
+    member one-to-one (diamonds such as GELU included) and, with ``layout``, through reshapes and
+    transposes; keeps the largest prefix whose only escaping tensor is its last node's output.
+    """
+    head = graph.nodes[index]
+    if len(head.outputs) != 1:
+        return []
+    members = {index}
+    added: list[int] = []
+    best: list[int] = []
+    pending = [(position[c], c) for c in graph.consumers(index)]
+    heapq.heapify(pending)
+    while pending:
+        _, nxt = heapq.heappop(pending)
+        if nxt in members:
+            continue
+        if nxt in taken or not _epilogue_eligible(graph, nxt, members, layout):
+            break
+        members.add(nxt)
+        added.append(nxt)
+        if _escaping(graph, members) <= set(graph.nodes[nxt].outputs) and graph.is_convex(members):
+            best = list(added)
+        for c in graph.consumers(nxt):
+            if c not in members:
+                heapq.heappush(pending, (position[c], c))
+    return best
+
+
+def _is_layout(graph: OpGraph, index: int) -> bool:
+    """A pure data-movement node (reshape, transpose, ...): one tensor in, one out, and a single
+    block that stores a single load (a resize, which interpolates, does not qualify)."""
+    node = graph.nodes[index]
+    if node.func is None or node.op_class != OpClass.INJECTIVE or len(node.outputs) != 1 or len(set(node.inputs)) != 1:
+        return False
+    blocks = sblocks(node.func)
+    if len(blocks) != 1:
+        return False
+    stores: list = []
+    tvm_ffi.structural_walk(blocks[0][0].body, (tvm.tirx.BufferStore, stores.append))
+    return len(stores) == 1 and isinstance(stores[0].value, tvm.ir.TensorLoad)
+
+
+def _is_matmul(graph: OpGraph, index: int) -> bool:
+    """A single-block contraction without windows (dlight's matmul rule reads and writes through layouts)."""
+    func = graph.nodes[index].func
+    if func is None:
+        return False
+    blocks = sblocks(func)
+    if len(blocks) != 1:
+        return False
+    loads: list = []
+    tvm_ffi.structural_walk(blocks[0][0].body, (tvm.ir.TensorLoad, loads.append))
+    return all(isinstance(i, (tvm.ir.Var, tvm.tirx.IntImm)) for ld in loads for i in ld.indices)
+
+
+def _only_feeds(graph: OpGraph, index: int, members: set[int]) -> bool:
+    return all(graph.tensors[t].kind != TensorKind.OUTPUT and set(graph.tensors[t].consumers) <= members
+               for t in graph.nodes[index].outputs)
+
+
+def _layout_prologue(graph: OpGraph, index: int, taken: set[int]) -> list[int]:
+    """Layout nodes feeding only the compute node (transitively): its operand prologue."""
+    members = {index}
+    todo = list(graph.producers(index))
+    found: list[int] = []
+    while todo:
+        p = todo.pop()
+        if p in members or p in taken or not _is_layout(graph, p) or not _only_feeds(graph, p, members):
+            continue
+        members.add(p)
+        found.append(p)
+        todo.extend(graph.producers(p))
+    return found
+
+
+class _Clusters:
+    """Union of node sets with a convexity check over the OpGraph."""
+
+    def __init__(self, graph: OpGraph):
+        self.graph = graph
+        self.owner: dict[int, int] = {}
+        self.members: dict[int, set[int]] = {}
+        self.parts: dict[int, int] = {}
+        self._next = 0
+
+    def add(self, nodes: Iterable[int]) -> int:
+        gid = self._next
+        self._next += 1
+        self.members[gid] = set(nodes)
+        self.parts[gid] = 1
+        for n in self.members[gid]:
+            self.owner[n] = gid
+        return gid
+
+    def try_merge(self, a: int, b: int, parts: int | None = None) -> bool:
+        """Merge group ``b`` into group ``a`` if the union is convex."""
+        if a == b:
+            return True
+        union = self.members[a] | self.members[b]
+        if not self.graph.is_convex(union):
+            return False
+        self.members[a] = union
+        self.parts[a] = self.parts[a] + self.parts[b] if parts is None else parts
+        for n in self.members.pop(b):
+            self.owner[n] = a
+        self.parts.pop(b)
+        return True
+
+
+def _reach(graph: OpGraph, sources: set[int]) -> set[int]:
+    seen: set[int] = set()
+    todo = deque(c for s in sources for c in graph.consumers(s))
+    while todo:
+        i = todo.popleft()
+        if i in seen:
+            continue
+        seen.add(i)
+        todo.extend(graph.consumers(i))
+    return seen
+
+
+def stitch_scope(graph: OpGraph, *, absorb_epilogues: bool = True, absorb_layout: bool = True,
+                 remote: bool = True, max_group_nodes: int | None = None) -> StitchScope:
+    """Cluster the nodes of ``graph`` into kernels (see the module docstring).
+
+    Parameters
+    ----------
+    graph : OpGraph
+        An unfused, legalized graph (one node per ``call_tir``).
+    absorb_epilogues : bool
+        Give compute nodes their elementwise consumer chains (as ``FuseOps`` does).
+    absorb_layout : bool
+        Also give compute nodes the layout nodes (reshape, transpose) that only feed them
+        (prologue) or only follow their epilogue: dlight's matmul schedule reads and writes
+        through them, so no separate data-movement kernel remains.
+    remote : bool
+        Merge independent memory-intensive groups (remote stitching).
+    max_group_nodes : int, optional
+        Upper bound on nodes per stitch group (no bound by default).
+
+    Returns
+    -------
+    StitchScope
+        Every node in exactly one group; groups listed in topological order of their first node.
+    """
+    order = graph.topological_order()
+    taken: set[int] = set()
+    epilogues: list[list[int]] = []
+    if absorb_epilogues:
+        position = {n: k for k, n in enumerate(order)}
+        for i in order:
+            if graph.nodes[i].func is not None and is_compute_intensive(graph, i) and i not in taken:
+                layout = absorb_layout and _is_matmul(graph, i)
+                chain = _epilogue_chain(graph, i, taken, position, layout)
+                if layout:
+                    prologue = _layout_prologue(graph, i, taken | set(chain))
+                    if prologue and graph.is_convex(set(prologue) | {i} | set(chain)):
+                        chain = prologue + chain
+                if chain:
+                    epilogues.append([i] + chain)
+                    taken.update([i] + chain)
+
+    clusters = _Clusters(graph)
+    limit = max_group_nodes or len(graph.nodes)
+    for i in order:
+        if i in taken or not is_stitchable(graph, i):
+            continue
+        gid = clusters.add([i])
+        for p in graph.producers(i):
+            pg = clusters.owner.get(p)
+            if pg is None or pg == gid:
+                continue
+            if len(clusters.members[pg]) + len(clusters.members[gid]) > limit:
+                continue
+            if clusters.try_merge(pg, gid, parts=max(clusters.parts[pg], clusters.parts[gid])):
+                gid = pg
+
+    if remote:
+        _remote_stitch(graph, clusters, limit)
+
+    groups: list[ScopeGroup] = []
+    for nodes in epilogues:
+        groups.append(ScopeGroup(tuple(n for n in order if n in set(nodes)), "epilogue"))
+    for gid, members in clusters.members.items():
+        kind = "stitch" if len(members) > 1 else "single"
+        groups.append(ScopeGroup(tuple(n for n in order if n in members), kind, clusters.parts[gid]))
+    grouped = {n for g in groups for n in g.nodes}
+    groups.extend(ScopeGroup((i,), "single") for i in order if i not in grouped)
+    position = {n: k for k, n in enumerate(order)}
+    groups.sort(key=lambda g: position[g.nodes[0]])
+    return StitchScope(graph, groups)
+
+
+def _remote_stitch(graph: OpGraph, clusters: _Clusters, limit: int) -> None:
+    """Greedily merge groups that have no path between them (paper: remote stitching)."""
+    position = {n: k for k, n in enumerate(graph.topological_order())}
+
+    def first(gid: int) -> int:
+        return min(position[n] for n in clusters.members[gid])
+
+    gids = sorted(clusters.members, key=first)
+    reach = {g: _reach(graph, clusters.members[g]) for g in gids}
+    alive = list(gids)
+    k = 0
+    while k < len(alive):
+        a = alive[k]
+        j = k + 1
+        while j < len(alive):
+            b = alive[j]
+            ma, mb = clusters.members[a], clusters.members[b]
+            independent = not (reach[a] & mb) and not (reach[b] & ma)
+            if independent and len(ma) + len(mb) <= limit and clusters.try_merge(a, b):
+                reach[a] = reach[a] | reach.pop(b)
+                alive.pop(j)
+                continue
+            j += 1
+        k += 1

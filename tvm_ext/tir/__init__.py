@@ -1,0 +1,27 @@
+"""TIR passes shared by the techniques: grid-barrier insertion, cooperative launch, launch bounds.
+
+Importing the package registers the TIR pipeline ``"tvm_ext"`` (TVM's ``s_tir`` pipeline
+followed by the launch-parameter passes); pass ``tir_pipeline="tvm_ext"`` to ``tvm.compile``.
+"""
+from __future__ import annotations
+
+from .grid_sync import GRID_SYNC_OP, InsertGridSync, has_grid_sync, insert_grid_sync
+from .launch_params import (
+    COOPERATIVE_TAG,
+    MIN_BLOCKS_ATTR,
+    PIPELINE_NAME,
+    AnnotateCooperativeLaunch,
+    ApplyLaunchBounds,
+    is_device_kernel,
+    launch_params,
+    register_tir_pipeline,
+    with_cooperative_launch,
+)
+
+register_tir_pipeline()
+
+__all__ = [
+    "AnnotateCooperativeLaunch", "ApplyLaunchBounds", "COOPERATIVE_TAG", "GRID_SYNC_OP", "InsertGridSync",
+    "MIN_BLOCKS_ATTR", "PIPELINE_NAME", "has_grid_sync", "insert_grid_sync", "is_device_kernel",
+    "launch_params", "register_tir_pipeline", "with_cooperative_launch",
+]
