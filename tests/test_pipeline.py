@@ -112,3 +112,18 @@ def test_stitch_preset_compiles_with_its_tir_pipeline():
     assert get_preset("baseline").tir_pipeline == "default"
     ex = tvm_ext.compile(SmallMLP, target="tvm_ext/h100", preset="stitch")
     assert "__global__" in _cuda_source(ex)
+
+
+def test_import_registers_everything_tvm_compile_needs():
+    """A fresh process: `import tvm_ext` alone must register tags, Relax and TIR pipelines."""
+    import subprocess
+    import sys
+
+    code = ("import tvm_ext, tvm\n"
+            "from tvm.tirx import compilation_pipeline as tir\n"
+            "assert 'tvm_ext' in tir.PIPELINE_MAP\n"
+            "assert 'tvm_ext.stitch' in tvm.relax.pipeline.PIPELINE_MAP\n"
+            "assert tvm.target.Target('tvm_ext/h200').model == 'h200'\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "Failed to autoload" not in done.stderr

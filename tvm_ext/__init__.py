@@ -56,8 +56,11 @@ if not RUNTIME_ONLY:
 def _register() -> None:
     if RUNTIME_ONLY:
         return
+    from .tir import register_tir_pipeline
+
     register_target_tags()
     register_pipelines()
+    register_tir_pipeline()  # "tvm_ext": s_tir + launch bounds + cooperative launch
 
 
 _register()
