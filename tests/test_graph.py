@@ -182,3 +182,41 @@ def test_scalar_operands_stay_elementwise_column_operands_broadcast():
     graph = OpGraph.from_module(relax.transform.AnnotateTIROpPattern()(relax.transform.LegalizeOps()(bb.get())))
     assert [n.op_class for n in graph.nodes] == [OpClass.ELEMENTWISE, OpClass.ELEMENTWISE, OpClass.BROADCAST,
                                                  OpClass.INJECTIVE]
+
+
+def test_padded_conv2d_is_compute():
+    """Legalized conv2d with padding reads its own pad_temp buffer: still a contraction."""
+    from tvm.script import relax as R
+
+    @tvm.script.ir_module
+    class Conv:
+        @R.function
+        def main(x: R.Tensor((1, 8, 16, 16), "float32"), w: R.Tensor((16, 8, 3, 3), "float32")):
+            with R.dataflow():
+                y = R.nn.conv2d(x, w, padding=1)
+                R.output(y)
+            return y
+
+    legal = tvm.transform.Sequential([relax.transform.LegalizeOps(), relax.transform.AnnotateTIROpPattern()])(Conv)
+    (node,) = OpGraph.from_module(legal).nodes
+    assert node.op_class == OpClass.COMPUTE
+    assert node.flops == 2 * 16 * 16 * 16 * 8 * 9
+
+
+def test_shape_values_carry_no_tensors():
+    """shape_of / shape literals are not tensors: they neither fail the graph nor become edges."""
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((2, 3), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            shape = bb.emit(relax.op.shape_of(x))
+            y = bb.emit(relax.op.reshape(x, relax.ShapeExpr([3, 2])))
+            out = bb.emit_output(relax.op.add(y, y))
+        bb.emit_func_output(out)
+    mod = tvm.transform.Sequential([relax.transform.LegalizeOps(),
+                                    relax.transform.AnnotateTIROpPattern()])(bb.get())
+    graph = OpGraph.from_module(mod)
+    assert shape is not None
+    assert all(t.shape for t in graph.tensors.values() if t.kind != TensorKind.CONSTANT)
+    assert graph.topological_order() == list(range(len(graph.nodes)))
+    assert graph.nodes[-1].op_class == OpClass.ELEMENTWISE

@@ -134,8 +134,12 @@ def _uses_any(expr, variables: set) -> bool:
     return hit
 
 
-def _is_contraction(block: SBlock, params: set) -> bool:
-    """A reduction whose update multiplies two distinct loads that both depend on the reduce vars."""
+def _is_contraction(block: SBlock) -> bool:
+    """A reduction whose update multiplies two distinct buffers that both depend on the reduce vars.
+
+    The buffers may be parameters or the function's own intermediates (a padded conv2d reads
+    its ``pad_temp`` buffer), but not the accumulator itself.
+    """
     rvars = _reduce_vars(block)
     store = _block_store(block)
     if not rvars or store is None:
@@ -148,7 +152,7 @@ def _is_contraction(block: SBlock, params: set) -> bool:
             loads = []
             tvm_ffi.structural_walk(node, (tvm.ir.TensorLoad, loads.append))
             sources = {ld.source for ld in loads
-                       if ld.source in params and any(_uses_any(i, rvars) for i in ld.indices)}
+                       if not ld.source.same_as(store.buffer) and any(_uses_any(i, rvars) for i in ld.indices)}
             if len(sources) >= 2:
                 contracted = True
 
@@ -190,7 +194,7 @@ def classify(func: tirx.PrimFunc | None, pattern: int | None) -> OpClass:
         return OpClass.OPAQUE
     params = set(func.params)
     blocks = sblocks(func)
-    if any(_is_contraction(block, params) for block, _ in blocks):
+    if any(_is_contraction(block) for block, _ in blocks):
         return OpClass.COMPUTE
     if any(_reduce_vars(block) for block, _ in blocks):
         return OpClass.REDUCE

@@ -98,6 +98,15 @@ class _Builder:
             name = f"{hint}_{k}"
         return name
 
+    def unique_node_name(self, hint: str) -> str:
+        """A name for a node without tensor outputs (distinct from tensors and other nodes)."""
+        taken = {n["name"] for n in self.nodes}
+        name, k = hint or "op", 0
+        while name in self.tensors or name in taken:
+            k += 1
+            name = f"{hint}_{k}"
+        return name
+
     def new_tensor(self, hint: str, ty, kind: TensorKind, producer: int | None) -> str:
         if not isinstance(ty, relax.TensorType) or ty.shape is None:
             raise ValueError(f"OpGraph needs static tensor types; '{hint}' has type {ty}")
@@ -119,12 +128,19 @@ class _Builder:
             got = self.names[expr]
             return got if isinstance(got, tuple) else (got,)
         if isinstance(expr, tvm.ir.Constant):
+            if not isinstance(expr.ty, relax.TensorType):
+                return ()
             return (self.new_tensor("const", expr.ty, TensorKind.CONSTANT, None),)
+        if not isinstance(expr.ty, (relax.TensorType, relax.TupleType)):
+            return ()  # shapes, prim values, strings: no tensor data flows through them
         if isinstance(expr, relax.Tuple):
             return tuple(n for f in expr.fields for n in self.operand(f))
         raise ValueError(f"unsupported operand {type(expr).__name__} in OpGraph")
 
     def bind_outputs(self, var, ty, producer: int) -> tuple[str, ...]:
+        if not isinstance(ty, (relax.TensorType, relax.TupleType)):
+            self.names[var] = ()  # e.g. shape_of: a node with no tensor output
+            return ()
         if isinstance(ty, relax.TupleType):
             outs = tuple(self.new_tensor(f"{var.name}.{i}", f, TensorKind.INTERMEDIATE, producer)
                          for i, f in enumerate(ty.fields))
@@ -146,7 +162,7 @@ class _Builder:
         written = sum(self.tensor_bytes(t) for t in outs)
         moved = read + written
         intensity = flops / moved if moved else 0.0
-        self.nodes.append(dict(index=index, name=outs[0].split(".")[0], func_name=func_name, func=func,
+        self.nodes.append(dict(index=index, name=outs[0].split(".")[0] if outs else self.unique_node_name(var.name), func_name=func_name, func=func,
                                inputs=args, outputs=outs, pattern=pattern, op_class=op_class,
                                flops=flops, bytes_read=read, bytes_written=written,
                                memory_intensive=op_class != OpClass.OPAQUE and intensity < self.threshold,
@@ -166,7 +182,9 @@ class _Builder:
         return self.operand(body.body)
 
     def visit_binding(self, var, value, group: str | None) -> None:
-        if isinstance(value, (relax.Var, relax.Tuple, tvm.ir.Constant)):
+        if not isinstance(value, relax.Call) and not isinstance(var.ty, (relax.TensorType, relax.TupleType)):
+            self.names[var] = ()  # a shape / prim value binding
+        elif isinstance(value, (relax.Var, relax.Tuple, tvm.ir.Constant)):
             names = self.operand(value)
             self.names[var] = names if isinstance(value, relax.Tuple) else names[0]
         elif isinstance(value, relax.TupleGetItem):
