@@ -83,35 +83,42 @@ def _dlight_rule(name: str):
 
 def dlight_rule_for(func: tirx.PrimFunc, target: tvm.target.Target,
                     rules: tuple[str, ...] = DLIGHT_RULES) -> str | None:
-    """Name of the first dlight rule (of ``rules``) that schedules ``func``, or ``None``."""
+    """Name of the first dlight rule (of ``rules``) that schedules ``func``, or ``None``.
+
+    A rule that raises on ``func`` counts as not applying (as in the schedule stage).
+    """
+    from ..default_schedule import RULE_ERRORS
+
     func_target = func.attrs.get("target") if func.attrs is not None else None
     tgt = func_target if func_target is not None else target
     with tgt:
         for name in rules:
-            if _dlight_rule(name).apply(func, tgt, False) is not None:
-                return name
+            try:
+                if _dlight_rule(name).apply(func, tgt, False) is not None:
+                    return name
+            except RULE_ERRORS:
+                continue
     return None
 
 
-def _is_scheduled(func: tirx.PrimFunc) -> bool:
-    return func.attrs is not None and "tirx.is_scheduled" in func.attrs and bool(func.attrs["tirx.is_scheduled"])
+def dlight_rules_by_func(scheduled_mod: tvm.IRModule) -> dict[str, str] | None:
+    """PrimFunc name -> the dlight rule the schedule stage applied (``"pre-scheduled"`` for
+    functions a technique scheduled itself, ``"none"`` where no rule applies), as recorded by
+    :class:`~tvm_ext.default_schedule.SafeDefaultSchedule`; ``None`` if dlight did not run."""
+    from ..default_schedule import RULES_ATTR
+
+    if scheduled_mod.attrs is None or RULES_ATTR not in scheduled_mod.attrs:
+        return None
+    return {str(k): str(v) for k, v in scheduled_mod.attrs[RULES_ATTR].items()}
 
 
-def dlight_rules_by_func(graph_mod: tvm.IRModule, target: tvm.target.Target) -> dict[str, str]:
-    """For every PrimFunc of the graph stage's output that dlight would schedule: the rule's name.
+def dlight_failures(scheduled_mod: tvm.IRModule) -> dict[str, str]:
+    """PrimFunc name -> the dlight rule that raised on it (it then took the next rule)."""
+    from ..default_schedule import FAILURES_ATTR
 
-    Already scheduled PrimFuncs (``tirx.is_scheduled``) map to ``"pre-scheduled"``; PrimFuncs
-    no rule accepts map to ``"none"``.
-    """
-    out: dict[str, str] = {}
-    for gv, func in graph_mod.functions_items():
-        if not isinstance(func, tirx.PrimFunc):
-            continue
-        if _is_scheduled(func):
-            out[gv.name_hint] = "pre-scheduled"
-        else:
-            out[gv.name_hint] = dlight_rule_for(func, target) or "none"
-    return out
+    if scheduled_mod.attrs is None or FAILURES_ATTR not in scheduled_mod.attrs:
+        return {}
+    return {str(k): str(v) for k, v in scheduled_mod.attrs[FAILURES_ATTR].items()}
 
 
 def _external_reason(op_name: str) -> str | None:
@@ -155,6 +162,10 @@ def find_fallbacks(graph: OpGraph, group_ops: dict[str, tuple[str, ...]],
             found.append(FallbackOp(op=name, kind="dlight_fallback",
                                     reason="no dlight rule applies: left unscheduled",
                                     ops=group_ops.get(name, ())))
+    for name, error in sorted(dlight_failures(scheduled_mod).items()):
+        found.append(FallbackOp(op=name, kind="dlight_rule_failed",
+                                reason=f"TVM's dlight rule raised ({error}); scheduled by the next rule",
+                                ops=group_ops.get(name, ())))
     marked: dict[str, str] = {}
     for mod in (graph_mod, scheduled_mod):
         for gv, func in mod.functions_items():

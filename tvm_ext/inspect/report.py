@@ -244,10 +244,6 @@ def _groups(graph: OpGraph, stages: StagedBuild, launches: list[KernelLaunches])
     return groups
 
 
-def _uses_dlight(stages: StagedBuild) -> bool:
-    return any(p.info.name == "ApplyDefaultSchedule" for p in stages.preset.schedule(stages.target))
-
-
 def report_from_stages(stages: StagedBuild, *, model_name: str = "IRModule", device: DeviceSpec | None = None,
                        keep_source: bool = False, target_label: str | None = None) -> Report:
     """Build the :class:`Report` of an already compiled :class:`StagedBuild`."""
@@ -258,9 +254,9 @@ def report_from_stages(stages: StagedBuild, *, model_name: str = "IRModule", dev
     launches = kernel_launches(stages.lowered, stages.target)
     source = cuda_source(stages.executable)
     groups = _groups(graph, stages, launches)
-    rules = dlight_rules_by_func(stages.graph, stages.target) if _uses_dlight(stages) else {}
+    rules = dlight_rules_by_func(stages.scheduled)
     group_ops = {g.func: g.ops for g in groups if g.func is not None}
-    fallbacks = find_fallbacks(graph, group_ops, stages.graph, stages.scheduled, rules if rules else None)
+    fallbacks = find_fallbacks(graph, group_ops, stages.graph, stages.scheduled, rules)
     flops = int(sum(n.flops for n in graph.nodes))
     dtype = _dominant_dtype(graph)
     everything = list(range(len(graph.nodes)))
@@ -275,7 +271,7 @@ def report_from_stages(stages: StagedBuild, *, model_name: str = "IRModule", dev
         kernels=sum(k.launches for k in launches), distinct_kernels=len(global_kernel_names(source)),
         launches=launches, groups=groups, traffic_bytes=sum(g.traffic_bytes for g in groups),
         min_traffic_bytes=least, unfused_traffic_bytes=unfused, flops=flops, dtype=dtype,
-        fallback_ops=fallbacks, schedule_rules=rules,
+        fallback_ops=fallbacks, schedule_rules=rules or {},
         modelled_latency_s=max(compute_s, memory_s), modelled_compute_s=compute_s, modelled_memory_s=memory_s,
         compile_seconds=stages.compile_seconds, stage_seconds=dict(stages.stage_seconds),
         cuda_source=source if keep_source else None, build=stages,

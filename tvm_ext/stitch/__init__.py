@@ -9,12 +9,12 @@
   :func:`stitch_schedule_passes`;
 * :mod:`.candidates` — stitch groups as candidate kernels for the selector;
 * :mod:`.kernels` — kernel counts (memory-intensive vs compute) of a scheduled module;
-* :mod:`.default_schedule` — dlight rules applied without aborting on a failing rule.
+* :mod:`tvm_ext.default_schedule` — dlight rules applied without aborting on a failing rule.
 """
 from __future__ import annotations
 
 from .candidates import StitchCandidate, plan_candidate, stitch_candidates
-from .default_schedule import SafeDefaultSchedule
+from ..default_schedule import SafeDefaultSchedule
 from .dominance import Dominance, find_dominants
 from .kernels import KernelCounts, count_kernels
 from .launch import LaunchConfig, launch_config

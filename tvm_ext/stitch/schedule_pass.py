@@ -10,7 +10,7 @@ recorded in the module attribute ``"tvm_ext.stitch_report"`` (function name -> `
 
 ``stitch_schedule_passes(target)`` = that pass, then TVM's dlight rules as the baseline runs them
 (functions marked ``tirx.is_scheduled`` are skipped; a rule that raises on a function is
-skipped for it instead of aborting the build, see :mod:`.default_schedule`). Compile with
+skipped for it instead of aborting the build, see :mod:`tvm_ext.default_schedule`). Compile with
 ``tir_pipeline="tvm_ext"`` so kernels with a grid barrier are launched cooperatively and get
 their launch bounds (:mod:`tvm_ext.tir.launch_params`).
 """
@@ -24,7 +24,7 @@ from tvm import relax, tirx
 from ..errors import UnknownDeviceError
 from ..hardware import DeviceSpec, device_from_target, list_devices, load_device
 from ..tir import PIPELINE_NAME
-from .default_schedule import SafeDefaultSchedule
+from ..default_schedule import SafeDefaultSchedule
 from .planner import PlanOptions, StitchPlanError, plan_prim_func
 from .relax_pass import GROUPS_ATTR
 from .schedule import StitchScheduleError, build_schedule, promote_workspace
@@ -210,7 +210,7 @@ class ScheduleStitchedKernels:
 def stitch_schedule_passes(target: tvm.target.Target) -> list:
     """Schedule stage of the ``stitch`` preset: our schedules for stitched kernels, then TVM's
     default dlight rules (same rules, same order as the baseline) for everything else, applied
-    by :class:`~tvm_ext.stitch.default_schedule.SafeDefaultSchedule` so that a rule that raises
+    by :class:`~tvm_ext.default_schedule.SafeDefaultSchedule` so that a rule that raises
     on one function does not abort the build."""
     return [ScheduleStitchedKernels(target), SafeDefaultSchedule()]
 

@@ -17,8 +17,11 @@ from tvm import s_tir, tirx
 logger = logging.getLogger(__name__)
 
 FAILURES_ATTR = "tvm_ext.dlight_failures"
+#: Module attribute: PrimFunc name -> the dlight rule that scheduled it, ``"pre-scheduled"``
+#: (already ``tirx.is_scheduled``) or ``"none"`` (no rule applies). The report reads it.
+RULES_ATTR = "tvm_ext.dlight_rules"
 #: What a failing dlight rule raises: its own assertions and TVM errors (RuntimeError subclasses).
-_RULE_ERRORS = (AssertionError, RuntimeError, ValueError, TypeError, IndexError)
+RULE_ERRORS = (AssertionError, RuntimeError, ValueError, TypeError, IndexError)
 
 
 def default_rules() -> list:
@@ -47,16 +50,21 @@ class SafeDefaultSchedule:
 
     def transform_module(self, mod: tvm.IRModule, ctx) -> tvm.IRModule:  # noqa: D102 - pass protocol
         failures: dict[str, str] = {}
+        applied: dict[str, str] = {}
         updates = {}
         for gv, func in mod.functions_items():
-            if not isinstance(func, tirx.PrimFunc) or _is_scheduled(func):
+            if not isinstance(func, tirx.PrimFunc):
                 continue
+            if _is_scheduled(func):
+                applied[gv.name_hint] = "pre-scheduled"
+                continue
+            applied[gv.name_hint] = "none"
             target = func.attrs.get("target") if func.attrs is not None else None
             target = target or tvm.target.Target.current(allow_none=False)
             for rule in self.rules:
                 try:
                     space = rule.apply(func, target, False)
-                except _RULE_ERRORS as err:
+                except RULE_ERRORS as err:
                     failures[gv.name_hint] = f"{type(rule).__name__}: {str(err).splitlines()[0][:200]}"
                     logger.warning("dlight rule %s failed on '%s' (%s); trying the next rule",
                                    type(rule).__name__, gv.name_hint, failures[gv.name_hint])
@@ -65,12 +73,14 @@ class SafeDefaultSchedule:
                     continue
                 sch = space if isinstance(space, s_tir.Schedule) else space[0]
                 updates[gv] = sch.mod["main"].with_attr("tirx.is_scheduled", True)
+                applied[gv.name_hint] = type(rule).__name__
                 break
         for gv, func in updates.items():
             mod[gv] = func
+        mod = mod.with_attr(RULES_ATTR, applied)
         if failures:
             mod = mod.with_attr(FAILURES_ATTR, failures)
         return mod
 
 
-__all__ = ["FAILURES_ATTR", "SafeDefaultSchedule", "default_rules"]
+__all__ = ["FAILURES_ATTR", "RULE_ERRORS", "RULES_ATTR", "SafeDefaultSchedule", "default_rules"]
