@@ -8,6 +8,7 @@
     tvm-ext check model.onnx --preset baseline [--rtol 1e-4 --atol 1e-5]
     tvm-ext presets
     tvm-ext devices
+    tvm-ext bench [MODEL ...] [--suite seed|small] [--presets baseline] [--fp16] [--build-only --out DIR]
 
 Errors caused by the input (missing file, bad shapes, unknown preset or target, ...) end the
 program with exit code 2 and one line on stderr, no traceback. ``check`` and ``demo`` exit
@@ -213,6 +214,12 @@ def _cmd_devices(_args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_bench(args: argparse.Namespace) -> int:
+    from .bench.cli_bench import run_command
+
+    return run_command(args)
+
+
 def _cmd_demo(args: argparse.Namespace) -> int:
     from .inspect.demo import DEMO_STEPS, run_demo
 
@@ -268,6 +275,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("devices", help="list device descriptions and their key numbers")
     p.set_defaults(func=_cmd_devices)
 
+    p = sub.add_parser("bench", help="benchmark models x presets: build here, measure here or on a GPU machine")
+    from .bench.cli_bench import add_arguments as _add_bench_arguments
+
+    _add_bench_arguments(p, DEFAULT_TARGET)
+    p.set_defaults(func=_cmd_bench)
+
     p = sub.add_parser("demo", help="bundled BERT layer: compile for CUDA, check on CPU, report")
     p.add_argument("--target", default=DEFAULT_TARGET, help=f"GPU target or tag (default {DEFAULT_TARGET})")
     p.add_argument("--preset", default=DEFAULT_PRESET, help=f"preset (default {DEFAULT_PRESET})")
@@ -282,7 +295,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
         if args.command is None:
-            raise UsageError("tvm-ext: a command is required (compile, inspect, check, presets, devices, demo)")
+            raise UsageError("tvm-ext: a command is required (compile, inspect, check, presets, devices, bench, demo)")
         logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, stream=sys.stderr,
                             format="%(levelname)s %(name)s: %(message)s")
         return int(args.func(args))

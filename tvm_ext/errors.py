@@ -59,5 +59,9 @@ class KernelCompileError(TvmExtError):
     """Generated CUDA source does not compile with nvcc (or nvcc / the CUDA toolkit is missing)."""
 
 
+class BenchError(TvmExtError):
+    """A benchmark bundle, its manifest or a measurement run is invalid or cannot proceed."""
+
+
 class SkeletonError(TvmExtError):
     """A skeleton's refill record is missing, malformed or does not match its graph."""
