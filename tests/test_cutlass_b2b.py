@@ -1,4 +1,4 @@
-"""Back-to-back GEMM fusion: chosen only when the database says it is faster."""
+"""Back-to-back GEMM and convolution fusion: chosen only when the database says it is faster."""
 from __future__ import annotations
 
 import textwrap
@@ -9,7 +9,8 @@ from tvm.script import from_source
 
 from tvm_ext.cutlass import Database, TuningRecord, partition_for_cutlass, workload_from_function
 from tvm_ext.cutlass.b2b import B2bGemmWorkload, b2b_patterns
-from tvm_ext.cutlass.emit_b2b import b2b_candidates, emit_b2b_gemm
+from tvm_ext.cutlass.b2b_conv import B2bConv2dWorkload, b2b_conv_patterns
+from tvm_ext.cutlass.emit_b2b import b2b_candidates, emit_b2b_conv2d, emit_b2b_gemm
 from tvm_ext.cutlass.wrapper import emit_glue
 
 BEFORE = """
@@ -152,3 +153,131 @@ def test_b2b_glue(tmp_path):
     off = workload_from_function(func)
     src = emit_glue([off], ["b2b_entry"])
     assert "TvmExtB2bGemmArgs args{};" in src and "args.n0 = 64; args.k0 = 256; args.n1 = 128;" in src
+
+
+# --- back-to-back convolution (Bolt Table 2: conv3x3+bias+relu -> conv1x1+bias+relu) ---
+
+CONV_BEFORE = """
+@I.ir_module
+class Module:
+    @R.function
+    def main(x: R.Tensor((1, 56, 56, 64), "float16"), w0: R.Tensor((64, 3, 3, 64), "float16"),
+             b0: R.Tensor((1, 1, 1, 64), "float16"), w1: R.Tensor((64, 1, 1, 64), "float16"),
+             b1: R.Tensor((1, 1, 1, 64), "float16")):
+        with R.dataflow():
+            c0 = R.nn.conv2d(x, w0, padding=1, data_layout="NHWC", kernel_layout="OHWI")
+            s0 = R.add(c0, b0)
+            a0 = R.nn.relu(s0)
+            c1 = R.nn.conv2d(a0, w1, data_layout="NHWC", kernel_layout="OHWI")
+            s1 = R.add(c1, b1)
+            gv = R.nn.relu(s1)
+            R.output(gv)
+        return gv
+"""
+
+CONV_FNAME = "fused_relax_nn_conv2d_relax_add_relax_nn_relu_relax_nn_conv2d_relax_add_relax_nn_relu_tvm_ext_cutlass"
+CONV_EXPECTED = f"""
+@I.ir_module
+class Module:
+    @R.function
+    def {CONV_FNAME}(x: R.Tensor((1, 56, 56, 64), "float16"), w0: R.Tensor((64, 3, 3, 64), "float16"),
+            b0: R.Tensor((1, 1, 1, 64), "float16"), w1: R.Tensor((64, 1, 1, 64), "float16"),
+            b1: R.Tensor((1, 1, 1, 64), "float16")):
+        R.func_attr({{"Codegen": "tvm_ext_cutlass"}})
+        @R.function
+        def local_func(x_1: R.Tensor((1, 56, 56, 64), "float16"), w0_1: R.Tensor((64, 3, 3, 64), "float16"),
+                       b0_1: R.Tensor((1, 1, 1, 64), "float16"), w1_1: R.Tensor((64, 1, 1, 64), "float16"),
+                       b1_1: R.Tensor((1, 1, 1, 64), "float16")):
+            R.func_attr({{"Composite": "tvm_ext_cutlass.b2b_conv2d"}})
+            with R.dataflow():
+                c0 = R.nn.conv2d(x_1, w0_1, padding=1, data_layout="NHWC", kernel_layout="OHWI")
+                s0 = R.add(c0, b0_1)
+                a0 = R.nn.relu(s0)
+                c1 = R.nn.conv2d(a0, w1_1, data_layout="NHWC", kernel_layout="OHWI")
+                s1 = R.add(c1, b1_1)
+                gv = R.nn.relu(s1)
+                R.output(gv)
+            return gv
+        output = local_func(x, w0, b0, w1, b1)
+        return output
+
+    @R.function
+    def main(x: R.Tensor((1, 56, 56, 64), "float16"), w0: R.Tensor((64, 3, 3, 64), "float16"),
+             b0: R.Tensor((1, 1, 1, 64), "float16"), w1: R.Tensor((64, 1, 1, 64), "float16"),
+             b1: R.Tensor((1, 1, 1, 64), "float16")):
+        cls = Module
+        with R.dataflow():
+            gv = cls.{CONV_FNAME}(x, w0, b0, w1, b1)
+            R.output(gv)
+        return gv
+"""
+
+CONV_WL = B2bConv2dWorkload(1, 56, 56, 64, 64, 3, 3, 56, 56, (1, 1), (1, 1), 64, "float16", "relu")
+
+
+def _conv_db(tmp_path, fused_us: float | None) -> Database:
+    from tvm_ext.cutlass import KernelConfig
+
+    db = Database(tmp_path / "conv_db.jsonl")
+    single = KernelConfig("2x", (64, 64, 64), (2, 2, 1), (16, 8, 16), 5, swizzle=4)
+    for part, us in zip(CONV_WL.parts(), (10.0, 8.0)):
+        db.add(TuningRecord(part.key(), "float16->float16", "sm_80", single, us))
+    if fused_us is not None:
+        db.add(TuningRecord(CONV_WL.key(), "float16->float16", "sm_80", b2b_candidates(CONV_WL)[0], fused_us))
+    return db
+
+
+def _partition_conv(db, arch="sm_80", text=CONV_BEFORE):
+    return partition_for_cutlass(_parse(text), extra_patterns=b2b_conv_patterns(db, arch))
+
+
+def test_b2b_conv_fused_when_measured_faster(tmp_path):
+    after = _partition_conv(_conv_db(tmp_path, fused_us=12.0))
+    tvm.ir.assert_structural_equal(after, _parse(CONV_EXPECTED))
+    off = workload_from_function(after[CONV_FNAME])
+    assert off.workload == CONV_WL
+    assert off.roles == ("a", "b", "bias", "b1", "bias1")
+    src = emit_glue([off], ["b2b_conv_entry"])
+    assert "TvmExtB2bConv2dArgs args{};" in src
+    assert "args.r = 3; args.s = 3; args.p = 56; args.q = 56; args.k1 = 64;" in src
+
+
+@pytest.mark.parametrize("fused_us", [None, 18.0])
+def test_b2b_conv_not_fused_without_a_win(tmp_path, fused_us):
+    after = _partition_conv(_conv_db(tmp_path, fused_us))
+    composites = sorted(str(f.body.blocks[0].bindings[0].value.attrs["Composite"])
+                        for _, f in after.functions_items() if f.attrs and "Codegen" in f.attrs)
+    assert composites == ["tvm_ext_cutlass.conv2d_bias_relu", "tvm_ext_cutlass.conv2d_bias_relu"]
+
+
+@pytest.mark.parametrize("change", ["3x3 second conv", "strided second conv", "too many channels"])
+def test_b2b_conv_shape_rules(tmp_path, change):
+    if change == "3x3 second conv":
+        text = CONV_BEFORE.replace("(64, 1, 1, 64)", "(64, 3, 3, 64)").replace(
+            'c1 = R.nn.conv2d(a0, w1, data_layout', 'c1 = R.nn.conv2d(a0, w1, padding=1, data_layout')
+    elif change == "strided second conv":
+        text = CONV_BEFORE.replace("c1 = R.nn.conv2d(a0, w1, data_layout", "c1 = R.nn.conv2d(a0, w1, strides=2, data_layout")
+    else:  # K0 = 192 > 128: no whole-N threadblock
+        text = CONV_BEFORE.replace("w0: R.Tensor((64, 3, 3, 64)", "w0: R.Tensor((192, 3, 3, 64)").replace(
+            "b0: R.Tensor((1, 1, 1, 64)", "b0: R.Tensor((1, 1, 1, 192)").replace(
+            "w1: R.Tensor((64, 1, 1, 64)", "w1: R.Tensor((64, 1, 1, 192)")
+    after = _partition_conv(_conv_db(tmp_path, fused_us=1.0), text=text)
+    assert not any("b2b" in str(f.body.blocks[0].bindings[0].value.attrs["Composite"])
+                   for _, f in after.functions_items() if f.attrs and "Codegen" in f.attrs)
+
+
+def test_b2b_conv_source_and_instance_key():
+    from tvm_ext.cutlass.codegen import kernel_for
+    from tvm_ext.cutlass.workload import Offload
+
+    cands = b2b_candidates(CONV_WL)
+    assert {c.residency for c in cands} == {"rf", "smem"}
+    smem = next(c for c in cands if c.residency == "smem")
+    assert smem.warp_count1 == (2, 2, 1)  # N1 = 64: 1x4 warps would be 16 wide
+    src = emit_b2b_conv2d(CONV_WL, cands[0], "b2b_conv_entry")
+    assert "cutlass::conv::kernel::DefaultB2bConv2dFprop<" in src and "B2bImplicitGemmConvolution<" in src
+    assert "IteratorAlgorithm::kOptimized, false>::Kernel" in src
+    assert 'extern "C" int b2b_conv_entry(const TvmExtB2bConv2dArgs* args' in src
+    other = B2bConv2dWorkload(2, 28, 28, 64, 64, 3, 3, 14, 14, (1, 1), (2, 2), 64, "float16", "relu")
+    a, b = (kernel_for(Offload("s", "", wl, (), (), ()), cands[0], "sm_80") for wl in (CONV_WL, other))
+    assert a.entry == b.entry and a.key.startswith("b2b_conv2d|float16|bias_relu,bias_relu|")

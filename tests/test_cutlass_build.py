@@ -1,8 +1,9 @@
 """CUTLASS instances through nvcc (slow) and on a GPU (gpu).
 
 Cold runtime on 2 cores: about 4 minutes (one sm_80 GEMM, one sm_90a CUTLASS 3.x GEMM, one sm_80
-convolution compiled two at a time, plus the glue and a profiler link). Objects are cached under
-``~/.cache/tvm_ext/cutlass`` (``TVM_EXT_CUTLASS_CACHE``), so a warm rerun takes seconds.
+convolution compiled two at a time, a b2b GEMM and a b2b convolution, plus the glue and a profiler
+link). Objects are cached under ``~/.cache/tvm_ext/cutlass`` (``TVM_EXT_CUTLASS_CACHE``), so a warm
+rerun takes seconds. The whole seed suite is compiled by ``test_cutlass_suite.py``.
 """
 from __future__ import annotations
 
@@ -123,10 +124,16 @@ def test_profiler_program_links(warm_cache):
     assert program.stat().st_size > 0 and os.access(program, os.X_OK)
 
 
+def _gpu_arch() -> str:
+    """The visible GPU's arch (an sm_80 cubin does not run on sm_90: build for the GPU at hand)."""
+    major, minor = tvm.cuda(0).compute_version.split(".")
+    return f"sm_{major}{minor}" + ("a" if major == "9" else "")
+
+
 @pytest.mark.gpu
 def test_numerics_on_gpu(tmp_path):
     path = tmp_path / "dense_gelu_gpu.so"
-    _export(DenseGelu, "sm_80", path)
+    _export(DenseGelu, _gpu_arch(), path)
     ex = tvm.runtime.load_module(str(path))
     dev = tvm.cuda(0)
     vm = relax.VirtualMachine(ex, dev)
@@ -185,3 +192,56 @@ def test_cutlass_preset_through_tvm_compile(warm_cache, tmp_path):
     # Loading it needs the CUDA loader (a driver) for the TVM kernels: check the CUTLASS symbol.
     nm = subprocess.run(["nm", "-D", "--defined-only", str(path)], capture_output=True, text=True, check=True).stdout
     assert "__tvm_ffi_fused_relax_permute_dims_relax_matmul_relax_add_relax_nn_gelu_tvm_ext_cutlass" in nm
+
+
+def test_b2b_conv_compiles_and_exports(tmp_path):
+    """A measured-faster conv3x3 -> conv1x1 pair becomes one B2bImplicitGemmConvolution kernel."""
+    from test_cutlass_b2b import CONV_BEFORE, CONV_FNAME, _conv_db, _parse
+
+    db = _conv_db(tmp_path, fused_us=12.0)
+    target = _target("sm_80")
+    offloaded = tvm.transform.Sequential(tc.offload_passes(target, database=db.path))(_parse(CONV_BEFORE))
+    main = offloaded["main"].script()
+    assert main.count("R.call_dps_packed") == 1 and f'R.call_dps_packed("{CONV_FNAME}"' in main
+    with target:
+        ex = tvm.compile(offloaded, target, relax_pipeline=relax.get_pipeline("default_build"))
+    path = tmp_path / "b2b_conv.so"
+    tc.export_library(ex, str(path))
+    result = _runtime_only_load(path)
+    assert result.returncode == 0, result.stderr[-2000:]
+
+
+@I.ir_module
+class ResidualBlocks:
+    """BERT's dense+bias+residual and ResNet's first conv (3 channels: padded) + bias + residual + relu."""
+
+    @R.function
+    def main(x: R.Tensor((128, 256), "float16"), w: R.Tensor((256, 768), "float16"), b: R.Tensor((768,), "float16"),
+             r: R.Tensor((128, 768), "float16"), img: R.Tensor((1, 3, 16, 16), "float16"),
+             wc: R.Tensor((64, 3, 3, 3), "float16"), bc: R.Tensor((1, 64, 1, 1), "float16"),
+             rc: R.Tensor((1, 64, 16, 16), "float16")):
+        with R.dataflow():
+            d = R.add(r, R.add(R.matmul(x, w), b))
+            c = R.nn.relu(R.add(R.add(R.nn.conv2d(img, wc, padding=1), bc), rc))
+            o = (d, c)
+            R.output(o)
+        return o
+
+
+@pytest.mark.gpu
+def test_bias_residual_and_padding_numerics_on_gpu(llvm_target):
+    """Both bias + residual epilogues (and the padded 3-channel conv) against TVM on the CPU."""
+    target = tvm.target.Target({"kind": "cuda", "arch": _gpu_arch()})
+    offloaded = tvm.transform.Sequential(tc.offload_passes(target))(ResidualBlocks)
+    composites = offloaded["main"].script()
+    assert composites.count("R.call_dps_packed") == 2
+    rng = np.random.default_rng(0)
+    shapes = [p.ty.shape for p in ResidualBlocks["main"].params]
+    args = [(rng.standard_normal([int(d) for d in shape]) * 0.5).astype("float16") for shape in shapes]
+    ref_vm = relax.VirtualMachine(tvm.compile(ResidualBlocks, llvm_target), tvm.cpu())
+    refs = [t.numpy().astype("float32") for t in ref_vm["main"](*(tvm.runtime.tensor(a) for a in args))]
+    ex = tvm.compile(ResidualBlocks, target=target, relax_pipeline="tvm_ext.cutlass")
+    dev = tvm.cuda(0)
+    outs = relax.VirtualMachine(ex, dev)["main"](*(tvm.runtime.tensor(a, dev) for a in args))
+    for got, ref in zip(outs, refs):
+        np.testing.assert_allclose(got.numpy().astype("float32"), ref, rtol=2e-2, atol=5e-2)

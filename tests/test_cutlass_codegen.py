@@ -1,6 +1,8 @@
 """CUTLASS codegen pieces without nvcc: workloads, emitted CUDA, glue, offload pass wiring, layout."""
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import tvm
@@ -12,7 +14,7 @@ from tvm_ext.cutlass import (Epilogue, GemmWorkload, Conv2dWorkload, KernelConfi
 from tvm_ext.cutlass.emit_gemm import emit_gemm, epilogue_declaration
 from tvm_ext.cutlass.emit_conv import emit_conv2d
 from tvm_ext.cutlass.errors import CutlassCodegenError
-from tvm_ext.cutlass.workload import ROLE_A, ROLE_B, ROLE_BIAS, ROLE_RESIDUAL, ROLE_SCALAR
+from tvm_ext.cutlass.workload import ROLE_A, ROLE_B, ROLE_BIAS, ROLE_RESIDUAL, ROLE_SCALAR, Offload
 from tvm_ext.cutlass.wrapper import compile_glue, emit_glue
 from tvm_ext.cutlass.codegen import kernel_for
 
@@ -179,7 +181,8 @@ def test_offload_passes_targets():
     assert offload_passes(tvm.target.Target({"kind": "llvm"})) == []
     assert offload_passes(tvm.target.Target({"kind": "cuda", "arch": "sm_75"})) == []
     names = [p.info.name for p in offload_passes(tvm.target.Target({"kind": "cuda", "arch": "sm_90a"}))]
-    assert names == ["tvm_ext.cutlass.ConvertConvToNHWC", "tvm_ext.cutlass.Partition", "RunCodegen"]
+    assert names == ["tvm_ext.cutlass.ConvertConvToNHWC", "tvm_ext.cutlass.PadConvChannels", "tvm_ext.cutlass.Partition",
+                     "RunCodegen"]
 
 
 def test_offload_leaves_fp32_model_unchanged_and_cpu_numerics(llvm_target):
@@ -251,3 +254,88 @@ def test_nhwc_conversion_skipped_when_opaque_ops_would_need_transposes(caplog):
         after = convert_conv_to_nhwc(mod)
     tvm.ir.assert_structural_equal(after, mod)
     assert "NHWC conversion skipped" in caplog.text
+
+
+BIAS_RESIDUAL = GemmWorkload("matmul", 1, 128, 768, 3072, "float16", "float16", "float16", "row",
+                             Epilogue("bias_residual", "relu"))
+
+
+def test_emit_2x_bias_residual_gemm_uses_broadcast_epilogue():
+    src = emit_gemm(BIAS_RESIDUAL, CFG_2X, 80, "br")
+    assert "cutlass::gemm::kernel::DefaultGemmWithBroadcast<" in src and "DefaultGemmUniversal<" not in src
+    assert ("LinearCombinationResidualBlock<cutlass::half_t, float, float, cutlass::half_t, 8, "
+            "cutlass::epilogue::thread::Identity, cutlass::plus, cutlass::epilogue::thread::ReLu>") in src
+    assert "GemmUniversalBase<" in src and "const_cast<void*>(args->bias)" in src
+    assert '#include "cutlass/gemm/kernel/default_gemm_with_broadcast.h"' in src
+
+
+def test_emit_3x_bias_residual_gemm():
+    src = emit_gemm(BIAS_RESIDUAL, CFG_3X, 90, "br3")
+    assert ("LinCombPerColBiasEltAct<cutlass::epilogue::thread::ReLu, cutlass::half_t, float, cutlass::half_t, "
+            "cutlass::half_t, float>") in src
+    assert "arguments.epilogue.thread.beta = 1.0f;" in src
+    assert "bias_ptr = static_cast<const ElementD*>(args->bias)" in src
+    assert "static_cast<const ElementC*>(args->source)" in src
+
+
+def test_emit_conv_bias_residual():
+    wl = Conv2dWorkload(1, 16, 16, 64, 64, 3, 3, 16, 16, (1, 1), (1, 1), (1, 1), "float16", "float16", "float16",
+                        Epilogue("bias_residual", "relu"))
+    src = emit_conv2d(wl, CFG_2X, "cbr")
+    assert "DefaultConv2dFpropWithBroadcast<" in src and "LinearCombinationResidualBlock<ElementOutput" in src
+    assert "cutlass::conv::SplitKMode::kSerial, const_cast<void*>(args->bias)" in src
+
+
+def test_bias_residual_glue_and_no_split_k():
+    from tvm_ext.cutlass.candidates import candidates
+    from tvm_ext.hardware import load_device
+
+    @I.ir_module
+    class Bert:
+        @R.function
+        def main(x: R.Tensor((128, 3072), "float16"), w: R.Tensor((3072, 768), "float16"),
+                 b: R.Tensor((768,), "float16"), r: R.Tensor((128, 768), "float16")):
+            with R.dataflow():
+                o = R.add(r, R.add(b, R.matmul(x, w)))
+                R.output(o)
+            return o
+
+    (off,) = _offloads(Bert).values()
+    assert off.composite == "tvm_ext_cutlass.matmul_bias_residual"
+    assert off.roles == (ROLE_A, ROLE_B, ROLE_BIAS, ROLE_RESIDUAL)
+    src = emit_glue([off], ["e"])
+    assert "args.source = tvm_ext_ptr(p3); args.bias = tvm_ext_ptr(p2);" in src
+    assert "args.ldc = 768;" in src and "args.batch_stride_c = 98304;" in src
+    # serial split-K would add the bias once per K slice: never a candidate for bias + residual
+    assert all(c.split_k == 1 for c in candidates(off.workload, "sm_80", load_device("a100")))
+    assert any(c.split_k > 1 for c in candidates(dataclasses.replace(off.workload, epilogue=Epilogue("bias")),
+                                                 "sm_80", load_device("a100")))
+
+
+def test_instances_are_shape_generic():
+    """One instance per template configuration: shapes, batch and split-K are runtime arguments."""
+    from tvm_ext.cutlass.codegen import instance_key
+
+    small = GemmWorkload("matmul", 1, 64, 256, 512, "float16", "float16", "float16", "row", Epilogue("bias"))
+    big = GemmWorkload("batch_matmul", 12, 384, 768, 3072, "float16", "float16", "float16", "row",
+                       Epilogue("bias"), b_batched=True)
+    split = KernelConfig.from_dict({**CFG_2X.to_dict(), "split_k": 4})
+    kernels = [kernel_for(Offload("s", "", wl, (), (), ()), cfg, "sm_80")
+               for wl, cfg in ((small, CFG_2X), (big, CFG_2X), (small, split))]
+    assert len({k.entry for k in kernels}) == 1 and len({k.source for k in kernels}) == 1
+    assert kernels[0].key == instance_key(small, CFG_2X)
+    assert "384" not in kernels[0].source and "3072" not in kernels[0].source
+    # what is a template parameter does make another instance
+    for wl, cfg in ((dataclasses.replace(small, epilogue=Epilogue("bias", "relu")), CFG_2X),
+                    (dataclasses.replace(small, layout_b="col"), CFG_2X),
+                    (small, CFG_2X.with_alignment((4, 4, 4))),
+                    (small, KernelConfig.from_dict({**CFG_2X.to_dict(), "swizzle": 1}))):
+        assert kernel_for(Offload("s", "", wl, (), (), ()), cfg, "sm_80").entry != kernels[0].entry
+
+
+def test_glue_passes_shapes_and_split_k():
+    offs = sorted(_offloads(DenseModel).values(), key=lambda o: "dense" not in o.composite)
+    src = emit_glue(offs, ["same_entry"] * len(offs), [4, 1])
+    assert src.count('extern "C" int same_entry(') == len(offs)
+    assert "args.m = 128; args.n = 48; args.k = 32; args.split_k = 4;" in src
+    assert "args.batch = 2; args.m = 64; args.n = 64; args.k = 48; args.split_k = 1;" in src

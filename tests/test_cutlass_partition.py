@@ -53,6 +53,12 @@ def _case(op: str, ep: Epilogue, dt: str = "float16", final: str = "float32"):
         params["r"] = (spec["out"], dt)
         lines.append(f"s = R.add({cur}, r)"), ops.append("add"), order.append("r")
         cur = "s"
+    elif ep.source == "bias_residual":
+        params["b"], params["r"] = ((spec["out"][-1],), dt), (spec["out"], dt)
+        lines += [f"s = R.add({cur}, b)", "t = R.add(s, r)"]
+        ops += ["add", "add"]
+        order += ["b", "r"]
+        cur = "t"
     if ep.activation:
         act_lines, act_ops = ACT_LINES[ep.activation]
         lines += [t.format(v=cur, dt=dt) for t in act_lines]
@@ -110,6 +116,7 @@ def _parse(text: str) -> tvm.IRModule:
 
 
 EPILOGUES = ([Epilogue(), Epilogue("bias"), Epilogue("residual"), Epilogue("residual", "relu"),
+              Epilogue("bias_residual"), Epilogue("bias_residual", "relu"), Epilogue("bias_residual", "gelu"),
               Epilogue(activation="gelu"), Epilogue(activation="relu", cast=True), Epilogue(cast=True)]
              + [Epilogue("bias", act) for act in ACTIVATIONS])
 
@@ -224,7 +231,7 @@ def test_wrong_hardswish_constants_not_fused():
 
 def test_pattern_names_parse_back():
     names = [p.name for p in cutlass_patterns()]
-    assert len(names) == len(set(names)) == 4 * (3 * 7 + 7)  # casts fuse only without bias/residual
+    assert len(names) == len(set(names)) == 4 * (4 * 7 + 7)  # casts fuse only without bias/residual
     for name in names:
         assert CompositeName.parse(name).name == name
 
@@ -236,3 +243,41 @@ def test_cast_after_bias_stays_outside():
     names = sorted(gv.name_hint for gv in after.get_global_vars())
     assert names == ["fused_relax_matmul_relax_add_relax_nn_relu_tvm_ext_cutlass", "main"]
     assert "R.astype" in after["main"].script()
+
+
+# ResNet's conv+bias+add+relu and BERT's dense+bias+residual as importers write them: the adds
+# may take the operator result second, and the residual may come before the bias.
+BIAS_RESIDUAL_ORDERS = {
+    "bias first": ["y = R.add(b, m)", "s = R.add(r, y)"],
+    "residual inner": ["y = R.add(m, r)", "s = R.add(y, b)"],
+}
+
+
+@pytest.mark.parametrize("order", list(BIAS_RESIDUAL_ORDERS))
+def test_bias_residual_any_order(order: str):
+    params = {"x": ((1, 8, 8, 16), "float16"), "w": ((32, 3, 3, 16), "float16"), "b": ((1, 1, 1, 32), "float16"),
+              "r": ((1, 8, 8, 32), "float16")}
+    lines = ['m = R.nn.conv2d(x, w, padding=1, data_layout="NHWC", kernel_layout="OHWI")',
+             *BIAS_RESIDUAL_ORDERS[order], "gv = R.nn.relu(s)"]
+    names = ["x", "w", "b", "r"] if order == "bias first" else ["x", "w", "r", "b"]
+    fname = "fused_relax_nn_conv2d_relax_add_relax_add_relax_nn_relu_tvm_ext_cutlass"
+    expected = _parse(_expected(params, names, lines, fname, "tvm_ext_cutlass.conv2d_bias_residual_relu", 0,
+                                "float16"))
+    after = partition_for_cutlass(_parse(_before(params, lines)))
+    tvm.ir.assert_structural_equal(after, expected)
+    from tvm_ext.cutlass import workload_from_function
+
+    off = workload_from_function(after[fname])
+    roles = dict(zip(names, off.roles))
+    assert roles == {"x": "a", "w": "b", "b": "bias", "r": "residual"}
+
+
+def test_bias_residual_needs_a_vector_and_a_full_tensor():
+    """Two bias vectors: the inner add is a bias epilogue, the outer add stays in the graph."""
+    params = {"x": ((64, 32), "float16"), "w": ((32, 48), "float16"), "b": ((48,), "float16"),
+              "c": ((1, 48), "float16")}
+    lines = ["y = R.matmul(x, w)", "s = R.add(y, b)", "gv = R.add(s, c)"]
+    after = partition_for_cutlass(_parse(_before(params, lines)))
+    names = sorted(gv.name_hint for gv in after.get_global_vars())
+    assert names == ["fused_relax_matmul_relax_add_tvm_ext_cutlass", "main"]
+    assert "R.add(" in after["main"].script()

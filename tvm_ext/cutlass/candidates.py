@@ -3,8 +3,10 @@
 Candidate lists follow Bolt's guidelines (MLSys'22 §3.2.2): the largest warp tiles that fit the
 register file, 4 or 8 warps per threadblock, small threadblocks for small problems, shared
 memory within the device's opt-in limit; split-K only when the output tiles cannot fill the
-SMs but K is long. Hopper (sm_90a) adds CUTLASS 3.x TMA + warp-group-MMA kernels when every
-operand is 16-byte aligned.
+SMs but K is long. Split-K and the batch count are runtime arguments of a compiled instance
+(see :func:`tvm_ext.cutlass.codegen.instance_key`), so split-K candidates add no compile.
+Hopper (sm_90a) adds CUTLASS 3.x TMA + warp-group-MMA kernels when every operand is 16-byte
+aligned.
 
 Heuristic default (:func:`heuristic_config`), used when the database has no entry: score each
 candidate by ``tile_util * wave_eff * min(1, intensity / 64)`` and take the best, where
@@ -72,6 +74,14 @@ def uses_3x(wl: Workload, arch: str) -> bool:
     return list(wl.max_alignment) == full
 
 
+def _may_split_k(wl: Workload) -> bool:
+    """Serial split-K: unbatched GEMMs whose epilogue reads at most one source tensor.
+
+    The bias + residual (broadcast) epilogue would add its bias once per K slice.
+    """
+    return isinstance(wl, GemmWorkload) and wl.batch == 1 and wl.epilogue.source != "bias_residual"
+
+
 def candidates(wl: Workload, arch: str, device: DeviceSpec) -> list[KernelConfig]:
     """All pruned candidates for the workload on ``arch`` (``sm_80``..., ``sm_90a``)."""
     if arch_number(arch) < 80:
@@ -93,11 +103,13 @@ def candidates(wl: Workload, arch: str, device: DeviceSpec) -> list[KernelConfig
         for sw in swizzles:
             out.append(KernelConfig(API_2X, tb, warps, (16, 8, 16), stages, swizzle=sw, alignment=align))
         tiles = math.ceil(m / tb[0]) * math.ceil(n / tb[1])
-        if isinstance(wl, GemmWorkload) and wl.batch == 1 and tiles < device.sm_count:
+        if _may_split_k(wl) and tiles < device.sm_count:
             for split in SPLIT_K:
                 if k >= 4 * split * tb[2] and tiles * split <= 2 * device.sm_count:
-                    out.append(KernelConfig(API_2X, tb, warps, (16, 8, 16), stages, swizzle=1, split_k=split,
-                                            alignment=align))
+                    # same swizzle as the unsplit kernel: split-K is a runtime argument, so both
+                    # run the same compiled instance (the grid has fewer tiles than SMs anyway)
+                    out.append(KernelConfig(API_2X, tb, warps, (16, 8, 16), stages, swizzle=swizzles[0],
+                                            split_k=split, alignment=align))
     return out
 
 

@@ -133,23 +133,40 @@ def _dtype_reason(a: relax.Expr, b: relax.Expr, out: relax.Expr) -> str | None:
     return None
 
 
+def is_bias_vector(expr: relax.Expr, out_shape: Sequence[int]) -> bool:
+    """Whether ``expr`` is a vector over the output's last axis (leading axes of extent 1)."""
+    shape = static_shape(expr)
+    return bool(shape) and shape[-1] == out_shape[-1] and all(d == 1 for d in shape[:-1])
+
+
+def split_bias_residual(a: relax.Expr, b: relax.Expr, out_shape: Sequence[int]) -> tuple[relax.Expr, relax.Expr]:
+    """``(bias, residual)`` from the two operands of a bias+residual epilogue, in either order."""
+    if not (is_bias_vector(a, out_shape) and static_shape(b) == tuple(out_shape)) \
+            and is_bias_vector(b, out_shape) and static_shape(a) == tuple(out_shape):
+        return b, a
+    return a, b
+
+
 def epilogue_reject_reason(annotated: Mapping[str, relax.Expr], op_call: relax.Call, root: relax.Expr) -> str | None:
     """Checks on the epilogue operands: bias/residual shape and dtype, hardswish constants."""
     out_shape = static_shape(op_call)
     out_dtype = dtype_of(op_call)
-    if "bias" in annotated:
-        bias = annotated["bias"]
+    bias, residual = annotated.get("bias"), annotated.get("residual")
+    if bias is not None and residual is not None:
+        bias, residual = split_bias_residual(bias, residual, out_shape)
+    if bias is not None:
         shape = static_shape(bias)
-        if shape is None or not shape or shape[-1] != out_shape[-1] or any(d != 1 for d in shape[:-1]):
+        if not is_bias_vector(bias, out_shape):
             return f"bias shape {shape} is not a vector over the last axis ({out_shape[-1]})"
         if dtype_of(bias) != out_dtype:
             return f"bias dtype {dtype_of(bias)} differs from the output dtype {out_dtype}"
-        if static_shape(annotated["source_add"]) != out_shape:
+    if residual is not None:
+        if static_shape(residual) != out_shape or dtype_of(residual) != out_dtype:
+            return (f"residual {static_shape(residual)} {dtype_of(residual)} does not match the output "
+                    f"{out_shape} {out_dtype}")
+    for add in ("source_add", "residual_add"):
+        if add in annotated and static_shape(annotated[add]) != out_shape:
             return "bias add broadcasts the output"
-    if "residual" in annotated:
-        res = annotated["residual"]
-        if static_shape(res) != out_shape or dtype_of(res) != out_dtype:
-            return f"residual {static_shape(res)} {dtype_of(res)} does not match the output {out_shape} {out_dtype}"
     if "hs_three" in annotated:
         values = [_scalar(annotated[k]) for k in ("hs_three", "hs_lo", "hs_hi", "hs_six")]
         if values != [3.0, 0.0, 6.0, 6.0]:

@@ -12,6 +12,7 @@ Options (``RunCodegen(target_options={"tvm_ext_cutlass": {...}})``): ``arch`` (`
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
 from dataclasses import dataclass
@@ -24,12 +25,13 @@ import tvm_ffi
 from ..errors import UnknownDeviceError
 from ..hardware import DeviceSpec, load_device
 from .b2b import B2bGemmWorkload
+from .b2b_conv import B2bConv2dWorkload
 from .candidates import arch_number, heuristic_config
 from .config import API_3X, KernelConfig
 from .database import Database, dtype_key
-from .emit_b2b import b2b_candidates, emit_b2b_gemm
+from .emit_b2b import b2b_candidates, emit_b2b_conv2d, emit_b2b_gemm
 from .emit_conv import emit_conv2d
-from .emit_gemm import emit_gemm, instance_name
+from .emit_gemm import emit_gemm
 from .errors import CutlassCodegenError
 from .nvcc import cache_dir, compile_many, link_relocatable
 from .patterns import CODEGEN_NAME
@@ -42,12 +44,17 @@ _ARCH_DEVICE = {80: "a100", 86: "rtx3090", 90: "h100"}
 
 @dataclass(frozen=True)
 class Kernel:
-    """A chosen instance: the C entry point name, its config and CUDA source."""
+    """A chosen instance: C entry point, shape-free instance key, the offload's config, CUDA source.
+
+    ``config`` is the offload's full choice; its runtime part (split-K slices) is not in the
+    instance, so offloads with different shapes or split-K share one ``entry`` and ``source``.
+    """
 
     entry: str
     config: KernelConfig
     source: str
     from_database: bool
+    key: str = ""
 
 
 def device_for(arch: str, device: str | None = None) -> DeviceSpec:
@@ -69,7 +76,7 @@ def choose_config(off: Offload, arch: str, device: DeviceSpec, database: Databas
         rec = database.lookup(wl.key(), dtype_key(wl.dtype, wl.final_dtype), arch)
         if rec is not None:
             return rec.config, True
-    if isinstance(wl, B2bGemmWorkload):  # normally fused only with a record; else the first RF variant
+    if isinstance(wl, (B2bGemmWorkload, B2bConv2dWorkload)):  # fused only with a record; else the first RF variant
         cands = b2b_candidates(wl)
         if not cands:
             raise CutlassCodegenError(f"no back-to-back configuration for {wl.key()}")
@@ -77,24 +84,41 @@ def choose_config(off: Offload, arch: str, device: DeviceSpec, database: Databas
     return heuristic_config(wl, arch, device), False
 
 
-def kernel_for(off: Offload, cfg: KernelConfig, arch: str, from_db: bool = False) -> Kernel:
-    """Emit the instance source for one offload (entry name derived from its content)."""
-    wl = off.workload
-    if isinstance(wl, B2bGemmWorkload):
-        entry = "tvm_ext_cutlass_b2b_" + hashlib.sha1(f"{wl}|{cfg.name()}".encode()).hexdigest()[:16]
-        return Kernel(entry, cfg, emit_b2b_gemm(wl, cfg, entry), from_db)
+def instance_key(wl, cfg: KernelConfig) -> str:
+    """Shape-free identity of the compiled instance of ``wl`` with ``cfg``.
+
+    Everything that is a template parameter, nothing that is a runtime argument: operator kind,
+    dtypes, B layout, epilogue, tile configuration (threadblock, warps, instruction, stages,
+    swizzle, alignment, 3.x cluster and schedule), the conv stride support and the kernel arch
+    (``sm80`` for 2.x kernels, also when built for sm_90a; ``sm90`` for 3.x). Problem sizes,
+    batch count and split-K slices are runtime arguments of the launcher.
+    """
+    tile = dataclasses.replace(cfg, split_k=1).name().replace("_k1_", "_")
+    if isinstance(wl, (B2bGemmWorkload, B2bConv2dWorkload)):  # N0 and N1 are threadblock N of the two GEMMs
+        return f"{wl.kind}|{wl.dtype}|bias_relu,bias_{wl.activation1}|{tile}|sm80"
     kernel_arch = 90 if cfg.api == API_3X else 80
-    tag = f"{type(wl).__name__}|{wl.dtype}|{wl.final_dtype}|{wl.epilogue}|{cfg.name()}|{kernel_arch}"
-    if not isinstance(wl, Conv2dWorkload):
-        tag += f"|{wl.layout_b}|{wl.batch > 1}|{instance_name(wl, cfg, kernel_arch)}"
-    else:
-        tag += f"|{wl.stride == (1, 1)}"
-    entry = "tvm_ext_cutlass_" + hashlib.sha1(tag.encode()).hexdigest()[:16]
+    ep = wl.epilogue.suffix.strip("_") or "plain"
     if isinstance(wl, Conv2dWorkload):
+        stride = "unit" if wl.stride == (1, 1) else "strided"
+        return f"conv2d_fprop|{wl.dtype}->{wl.final_dtype}|nhwc|{ep}|stride={stride}|{tile}|sm{kernel_arch}"
+    return (f"gemm|{wl.dtype}->{wl.out_dtype}->{wl.final_dtype}|a=row,b={wl.layout_b}|{ep}|{tile}"
+            f"|sm{kernel_arch}")
+
+
+def kernel_for(off: Offload, cfg: KernelConfig, arch: str, from_db: bool = False) -> Kernel:
+    """Emit the instance source for one offload (entry name = hash of :func:`instance_key`)."""
+    wl = off.workload
+    key = instance_key(wl, cfg)
+    entry = "tvm_ext_cutlass_" + hashlib.sha1(key.encode()).hexdigest()[:16]
+    if isinstance(wl, B2bGemmWorkload):
+        source = emit_b2b_gemm(wl, cfg, entry)
+    elif isinstance(wl, B2bConv2dWorkload):
+        source = emit_b2b_conv2d(wl, cfg, entry)
+    elif isinstance(wl, Conv2dWorkload):
         source = emit_conv2d(wl, cfg, entry)
     else:
-        source = emit_gemm(wl, cfg, kernel_arch, entry)
-    return Kernel(entry, cfg, source, from_db)
+        source = emit_gemm(wl, cfg, 90 if cfg.api == API_3X else 80, entry)
+    return Kernel(entry, cfg, source, from_db, key)
 
 
 def build_static_library(offloads: Sequence[Offload], kernels: Sequence[Kernel], arch: str,
@@ -104,7 +128,7 @@ def build_static_library(offloads: Sequence[Offload], kernels: Sequence[Kernel],
     for k in kernels:
         unique.setdefault(k.entry, k.source)
     objects = compile_many(list(unique.values()), arch)
-    glue = compile_glue(emit_glue(offloads, [k.entry for k in kernels]))
+    glue = compile_glue(emit_glue(offloads, [k.entry for k in kernels], [k.config.split_k for k in kernels]))
     digest = hashlib.sha1("|".join(p.name for p in [glue, *objects]).encode()).hexdigest()[:24]
     merged = (out_dir or cache_dir()) / f"lib_{digest}.o"
     if not merged.exists():

@@ -4,7 +4,9 @@ The kernel comes from ``cutlass_library``'s ``Conv2dOperation``/``EmitConv2dInst
 tensor-op multistage, optimized iterators); it also serves sm_90a builds (an Sm80 kernel runs on
 Hopper). The epilogue is ``LinearCombinationGeneric<act>`` through a 4-parameter alias because
 the conv emitter spells the functor as ``functor<ElementC, Count, Accumulator, Compute>``. A bias
-is read as a ``TensorNHWC`` reference with all strides 0 (one value per output channel).
+is read as a ``TensorNHWC`` reference with all strides 0 (one value per output channel). Bias +
+residual (ResNet's conv+bias+add+relu) uses ``DefaultConv2dFpropWithBroadcast`` (same template
+parameters) with ``LinearCombinationResidualBlock``: residual = C, bias = broadcast vector.
 """
 from __future__ import annotations
 
@@ -20,6 +22,10 @@ INCLUDES_CONV = COMMON_INCLUDES + r"""
 #include "cutlass/conv/kernel/default_conv2d_fprop.h"
 #include "cutlass/conv/device/implicit_gemm_convolution.h"
 #include "cutlass/epilogue/thread/linear_combination_generic.h"
+"""
+INCLUDES_CONV_BROADCAST = r"""
+#include "cutlass/conv/kernel/default_conv2d_fprop_with_broadcast.h"
+#include "cutlass/epilogue/thread/linear_combination_residual_block.h"
 """
 
 
@@ -39,6 +45,22 @@ def conv2d_operation(wl: Conv2dWorkload, cfg: KernelConfig) -> Conv2dOperation:
                            stride, swizzling_functor=getattr(cl.SwizzlingFunctor, f"Identity{cfg.swizzle}"))
 
 
+_BOTH_SOURCES_CHECK = r"""
+  if (args->source == nullptr || args->bias == nullptr) {
+    snprintf(err, err_len, "the bias + residual epilogue needs both tensors");
+    return 1;
+  }"""
+
+
+def _epilogue_functor(wl: Conv2dWorkload) -> str:
+    """The epilogue as a function of the conv emitter's ``<ElementOutput, Count, Accumulator, Compute>``."""
+    act = wl.epilogue.cutlass_activation
+    if wl.epilogue.source == "bias_residual":
+        return ("cutlass::epilogue::thread::LinearCombinationResidualBlock<ElementOutput, Accumulator, Compute, "
+                f"ElementOutput, Count, cutlass::epilogue::thread::Identity, cutlass::plus, {act}>")
+    return f"cutlass::epilogue::thread::LinearCombinationGeneric<{act}, ElementOutput, Count, Accumulator, Compute>"
+
+
 def emit_conv2d(wl: Conv2dWorkload, cfg: KernelConfig, entry: str) -> str:
     """CUDA source with the instance and ``extern "C" int <entry>(const TvmExtConv2dArgs*, ...)``."""
     op = conv2d_operation(wl, cfg)
@@ -50,14 +72,23 @@ def emit_conv2d(wl: Conv2dWorkload, cfg: KernelConfig, entry: str) -> str:
     body = body.replace(default_tag + "<", alias + "<")
     kernel = op.procedural_name()
     body = body.replace(f"{kernel}_base", f"{kernel}_{entry}")
+    broadcast = wl.epilogue.source == "bias_residual"
+    includes, check, extra = INCLUDES_CONV, "", ""
+    if broadcast:  # same template parameters, broadcast epilogue
+        base = "cutlass::conv::kernel::DefaultConv2dFprop<"
+        if base not in body:
+            raise CutlassCodegenError("unexpected cutlass_library conv template (DefaultConv2dFprop not found)")
+        body = body.replace(base, "cutlass::conv::kernel::DefaultConv2dFpropWithBroadcast<")
+        includes += INCLUDES_CONV_BROADCAST
+        check = _BOTH_SOURCES_CHECK
+        extra = ", cutlass::conv::SplitKMode::kSerial, const_cast<void*>(args->bias), nullptr, 0, 0"
     alias_decl = (f"template <typename ElementOutput, int Count, typename Accumulator, typename Compute>\n"
-                  f"using {alias} = cutlass::epilogue::thread::LinearCombinationGeneric<"
-                  f"{wl.epilogue.cutlass_activation}, ElementOutput, Count, Accumulator, Compute>;\n")
+                  f"using {alias} = {_epilogue_functor(wl)};\n")
     launcher = f"""
 extern "C" int {entry}(const TvmExtConv2dArgs* args, char* err, int err_len) {{
   using Conv = cutlass::conv::device::ImplicitGemmConvolution<{kernel}_{entry}>;
   using Layout = cutlass::layout::TensorNHWC;
-  using Compute = typename Conv::EpilogueOutputOp::ElementCompute;
+  using Compute = typename Conv::EpilogueOutputOp::ElementCompute;{check}
   cutlass::conv::Conv2dProblemSize problem(
       {{int(args->n), int(args->h), int(args->w), int(args->c)}},
       {{int(args->k), int(args->r), int(args->s), int(args->c)}},
@@ -76,7 +107,7 @@ extern "C" int {entry}(const TvmExtConv2dArgs* args, char* err, int err_len) {{
         Layout::packed({{int(args->k), int(args->r), int(args->s), int(args->c)}})}},
       {{static_cast<typename Conv::ElementC*>(const_cast<void*>(has_source ? args->source : args->y)), src_layout}},
       {{static_cast<typename Conv::ElementC*>(args->y), out_layout}},
-      {{Compute(1), Compute(has_source ? 1 : 0)}}}};
+      {{Compute(1), Compute(has_source ? 1 : 0)}}{extra}}};
   Conv conv;
   TVM_EXT_CUTLASS_CHECK(conv.can_implement(arguments), "can_implement");
   size_t workspace_bytes = Conv::get_workspace_size(arguments);
@@ -92,5 +123,5 @@ extern "C" int {entry}(const TvmExtConv2dArgs* args, char* err, int err_len) {{
   return 0;
 }}
 """
-    return "\n".join([INCLUDES_CONV, ARGS_HEADER, CHECK_MACRO, "namespace {", alias_decl, body,
+    return "\n".join([includes, ARGS_HEADER, CHECK_MACRO, "namespace {", alias_decl, body,
                       "}  // namespace", launcher])

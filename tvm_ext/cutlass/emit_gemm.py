@@ -12,6 +12,7 @@ from cutlass_library.gemm_operation import EmitGemmUniversal3xInstance, EmitGemm
 
 from .config import API_2X, KernelConfig
 from .epilogue import Epilogue
+from .errors import CutlassCodegenError
 from .workload import GemmWorkload
 
 DTYPES = {"float16": cl.DataType.f16, "bfloat16": cl.DataType.bf16, "float32": cl.DataType.f32}
@@ -22,21 +23,26 @@ ARGS_HEADER = r"""
 #ifndef TVM_EXT_CUTLASS_ARGS
 #define TVM_EXT_CUTLASS_ARGS
 struct TvmExtGemmArgs {
-  int64_t batch, m, n, k;
-  const void* a; const void* b; const void* source; void* d;
+  int64_t batch, m, n, k, split_k;
+  const void* a; const void* b; const void* source; const void* bias; void* d;
   int64_t lda, ldb, ldc, ldd;
   int64_t batch_stride_a, batch_stride_b, batch_stride_c, batch_stride_d;
   cudaStream_t stream;
 };
 struct TvmExtConv2dArgs {
   int64_t n, h, w, c, k, r, s, p, q, pad_h, pad_w, stride_h, stride_w, dilation_h, dilation_w;
-  const void* x; const void* w_ptr; const void* source; void* y;
+  const void* x; const void* w_ptr; const void* source; const void* bias; void* y;
   int source_is_vector;
   cudaStream_t stream;
 };
 struct TvmExtB2bGemmArgs {
   int64_t m, n0, k0, n1;
   const void* a0; const void* b0; const void* bias0; const void* b1; const void* bias1; void* d;
+  cudaStream_t stream;
+};
+struct TvmExtB2bConv2dArgs {
+  int64_t n, h, w, c, k0, r, s, p, q, pad_h, pad_w, stride_h, stride_w, k1;
+  const void* x; const void* w0; const void* bias0; const void* w1; const void* bias1; void* y;
   cudaStream_t stream;
 };
 #endif
@@ -53,6 +59,13 @@ INCLUDES_2X = COMMON_INCLUDES + r"""
 #include "cutlass/gemm/device/gemm_universal_adapter.h"
 #include "cutlass/gemm/kernel/default_gemm_universal.h"
 #include "cutlass/epilogue/thread/linear_combination_generic.h"
+"""
+
+#: Extra headers of the 2.x broadcast epilogue (bias vector + residual source).
+INCLUDES_BROADCAST = r"""
+#include "cutlass/epilogue/thread/linear_combination_residual_block.h"
+#include "cutlass/gemm/kernel/default_gemm_with_broadcast.h"
+#include "cutlass/gemm/device/gemm_universal_base.h"
 """
 
 INCLUDES_3X = COMMON_INCLUDES + r"""
@@ -89,14 +102,23 @@ class _Declaration:
 
 
 def epilogue_declaration(ep: Epilogue, api: str, out_dtype: str, vector: int) -> str:
-    """C++ type of the epilogue functor (2.x thread functor or 3.x fusion operation)."""
+    """C++ type of the epilogue functor (2.x thread functor or 3.x fusion operation).
+
+    2.x: ``LinearCombinationGeneric<act>`` reads one source C (bias with stride 0, or residual);
+    bias + residual uses ``LinearCombinationResidualBlock<..., Identity, plus, act>`` of the
+    broadcast epilogue, ``act(acc + bias + residual)`` (bias = broadcast vector, residual = C).
+    3.x: the fusion operations, with C = residual (``beta = 1``) and a per-column bias vector.
+    """
     elem_d = cl.DataTypeTag[DTYPES[out_dtype]]
     act = ep.cutlass_activation
     if api == API_2X:
+        if ep.source == "bias_residual":
+            return (f"cutlass::epilogue::thread::LinearCombinationResidualBlock<{elem_d}, float, float, {elem_d}, "
+                    f"{vector}, cutlass::epilogue::thread::Identity, cutlass::plus, {act}>")
         return (f"cutlass::epilogue::thread::LinearCombinationGeneric<{act}, {elem_d}, {vector}, float, float>")
-    if ep.source == "bias":
-        return f"cutlass::epilogue::fusion::LinCombPerColBiasEltAct<{act}, {elem_d}, float, {elem_d}, void, float>"
-    elem_c = elem_d if ep.source == "residual" else "void"
+    elem_c = elem_d if ep.has_residual else "void"
+    if ep.has_bias:
+        return f"cutlass::epilogue::fusion::LinCombPerColBiasEltAct<{act}, {elem_d}, float, {elem_d}, {elem_c}, float>"
     if ep.activation is None:
         return f"cutlass::epilogue::fusion::LinearCombination<{elem_d}, float, {elem_c}, float>"
     return f"cutlass::epilogue::fusion::LinCombEltAct<{act}, {elem_d}, float, {elem_c}, float>"
@@ -125,7 +147,7 @@ def gemm_operation(wl: GemmWorkload, cfg: KernelConfig, arch: int) -> GemmOperat
                              swizzling_functor=getattr(cl.SwizzlingFunctor, f"Identity{cfg.swizzle}"))
     tile = cl.TileDescription(list(cfg.threadblock), cfg.stages, list(cfg.warp_count), math, 90, 90,
                               cluster_shape=list(cfg.cluster))
-    c_elem = out if wl.epilogue.source == "residual" else cl.DataType.void
+    c_elem = out if wl.epilogue.has_residual else cl.DataType.void
     c = cl.TensorDescription(c_elem, cl.LayoutType.RowMajor, cfg.alignment[2])
     kernel, epi = {
         "cooperative": (cl.KernelScheduleType.TmaWarpSpecializedCooperative,
@@ -137,8 +159,11 @@ def gemm_operation(wl: GemmWorkload, cfg: KernelConfig, arch: int) -> GemmOperat
 
 
 def instance_name(wl: GemmWorkload, cfg: KernelConfig, arch: int) -> str:
-    """Unique C++ identifier of the instance (cutlass_library's procedural name + epilogue)."""
-    return gemm_operation(wl, cfg, arch).procedural_name() + "_k" + str(cfg.split_k) + (wl.epilogue.suffix or "_plain")
+    """C++ identifier of the instance (cutlass_library's procedural name + epilogue).
+
+    Shape-free: problem size, batch count and split-K slices are runtime arguments.
+    """
+    return gemm_operation(wl, cfg, arch).procedural_name() + (wl.epilogue.suffix or "_plain")
 
 
 def emit_gemm(wl: GemmWorkload, cfg: KernelConfig, arch: int, entry: str) -> str:
@@ -152,8 +177,17 @@ def emit_gemm(wl: GemmWorkload, cfg: KernelConfig, arch: int, entry: str) -> str
         emitter.epilogue_functor = _Declaration(epilogue_declaration(wl.epilogue, API_2X, out_dtype, vector))
         op.epilogue_functor = emitter.epilogue_functor
         body = emitter.emit(op)
-        launcher = _launcher_2x(op.procedural_name() + "_" + entry, entry, wl, cfg)
+        kernel = op.procedural_name() + "_" + entry
         includes = INCLUDES_2X
+        if wl.epilogue.source == "bias_residual":
+            # same template parameters, broadcast epilogue (DefaultGemmWithBroadcast)
+            base = "cutlass::gemm::kernel::DefaultGemmUniversal<"
+            if base not in body:
+                raise CutlassCodegenError("unexpected cutlass_library GEMM template (DefaultGemmUniversal not found)")
+            body = body.replace(base, "cutlass::gemm::kernel::DefaultGemmWithBroadcast<")
+            launcher, includes = _launcher_2x_broadcast(kernel, entry), INCLUDES_2X + INCLUDES_BROADCAST
+        else:
+            launcher = _launcher_2x(kernel, entry)
     else:
         emitter = EmitGemmUniversal3xInstance(operation_suffix="_" + entry)
         decl = _Declaration(epilogue_declaration(wl.epilogue, cfg.api, out_dtype, 0))
@@ -165,52 +199,80 @@ def emit_gemm(wl: GemmWorkload, cfg: KernelConfig, arch: int, entry: str) -> str
     return "\n".join([includes, ARGS_HEADER, CHECK_MACRO, "namespace {", body, "}  // namespace", launcher])
 
 
-def _launcher_2x(kernel: str, entry: str, wl: GemmWorkload, cfg: KernelConfig) -> str:
-    mode = "kBatched" if wl.batch > 1 else "kGemm"
-    batch = "args->batch" if wl.batch > 1 else str(cfg.split_k)
+#: Runtime GEMM mode: batched when there is a batch, else serial split-K over ``split_k`` slices.
+_MODE_2X = r"""
+  const bool batched = args->batch > 1;
+  const auto mode = batched ? cutlass::gemm::GemmUniversalMode::kBatched : cutlass::gemm::GemmUniversalMode::kGemm;
+  const int batch_count = int(batched ? args->batch : (args->split_k > 1 ? args->split_k : 1));
+"""
+
+#: Workspace allocation, initialize and run (``Gemm``/``arguments`` defined before).
+_RUN = r"""
+  TVM_EXT_CUTLASS_CHECK(op.can_implement(arguments), "can_implement");
+  size_t workspace_bytes = Op::get_workspace_size(arguments);
+  void* workspace = nullptr;
+  if (workspace_bytes && cudaMallocAsync(&workspace, workspace_bytes, args->stream) != cudaSuccess) {
+    snprintf(err, err_len, "cannot allocate %zu bytes of CUTLASS workspace", workspace_bytes);
+    return 1;
+  }
+  cutlass::Status st = op.initialize(arguments, workspace, args->stream);
+  if (st == cutlass::Status::kSuccess) st = op.run(args->stream);
+  if (workspace) cudaFreeAsync(workspace, args->stream);
+  TVM_EXT_CUTLASS_CHECK(st, "run");
+  return 0;
+}
+"""
+
+
+def _launcher_2x(kernel: str, entry: str) -> str:
     return f"""
 extern "C" int {entry}(const TvmExtGemmArgs* args, char* err, int err_len) {{
-  using Gemm = cutlass::gemm::device::GemmUniversalAdapter<{kernel}>;
-  using Compute = typename Gemm::EpilogueOutputOp::ElementCompute;
-  const bool has_source = args->source != nullptr;
-  typename Gemm::Arguments arguments(
-      cutlass::gemm::GemmUniversalMode::{mode},
-      {{int(args->m), int(args->n), int(args->k)}}, int({batch}),
+  using Op = cutlass::gemm::device::GemmUniversalAdapter<{kernel}>;
+  using Compute = typename Op::EpilogueOutputOp::ElementCompute;
+  const bool has_source = args->source != nullptr;{_MODE_2X}
+  typename Op::Arguments arguments(
+      mode, {{int(args->m), int(args->n), int(args->k)}}, batch_count,
       {{Compute(1), Compute(has_source ? 1 : 0)}},
       args->a, args->b, has_source ? args->source : args->d, args->d,
       args->batch_stride_a, args->batch_stride_b, args->batch_stride_c, args->batch_stride_d,
       args->lda, args->ldb, args->ldc, args->ldd);
-  Gemm gemm;
-  TVM_EXT_CUTLASS_CHECK(gemm.can_implement(arguments), "can_implement");
-  size_t workspace_bytes = Gemm::get_workspace_size(arguments);
-  void* workspace = nullptr;
-  if (workspace_bytes && cudaMallocAsync(&workspace, workspace_bytes, args->stream) != cudaSuccess) {{
-    snprintf(err, err_len, "cannot allocate %zu bytes of CUTLASS workspace", workspace_bytes);
+  Op op;{_RUN}"""
+
+
+def _launcher_2x_broadcast(kernel: str, entry: str) -> str:
+    """``act(acc + bias + residual)``: residual = C (``source``), bias = broadcast vector."""
+    return f"""
+extern "C" int {entry}(const TvmExtGemmArgs* args, char* err, int err_len) {{
+  using Op = cutlass::gemm::device::GemmUniversalBase<{kernel}>;
+  using Compute = typename Op::GemmKernel::Epilogue::OutputOp::ElementCompute;
+  if (args->source == nullptr || args->bias == nullptr) {{
+    snprintf(err, err_len, "the bias + residual epilogue needs both tensors");
     return 1;
-  }}
-  cutlass::Status st = gemm.initialize(arguments, workspace, args->stream);
-  if (st == cutlass::Status::kSuccess) st = gemm.run(args->stream);
-  if (workspace) cudaFreeAsync(workspace, args->stream);
-  TVM_EXT_CUTLASS_CHECK(st, "run");
-  return 0;
-}}
-"""
+  }}{_MODE_2X}
+  typename Op::Arguments arguments(
+      mode, {{int(args->m), int(args->n), int(args->k)}}, batch_count,
+      {{Compute(1), Compute(1)}},
+      args->a, args->b, args->source, args->d, const_cast<void*>(args->bias), nullptr,
+      args->batch_stride_a, args->batch_stride_b, args->batch_stride_c, args->batch_stride_d, 0, 0,
+      args->lda, args->ldb, args->ldc, args->ldd, 0, 0);
+  Op op;{_RUN}"""
 
 
 def _launcher_3x(kernel: str, entry: str, wl: GemmWorkload) -> str:
     ep = wl.epilogue
     fusion = ["arguments.epilogue.thread.alpha = 1.0f;"]
-    if ep.source == "residual":
+    if ep.has_residual:
         fusion.append("arguments.epilogue.thread.beta = 1.0f;")
-    if ep.source == "bias":
-        fusion.append("arguments.epilogue.thread.bias_ptr = static_cast<const ElementD*>(args->source);")
-    c_ptr = "static_cast<const ElementC*>(args->source)" if ep.source == "residual" else "nullptr"
+    if ep.has_bias:  # a bias alone travels as `source`; with a residual it is `bias`
+        vec = "args->bias" if ep.has_residual else "args->source"
+        fusion.append(f"arguments.epilogue.thread.bias_ptr = static_cast<const ElementD*>({vec});")
+    c_ptr = "static_cast<const ElementC*>(args->source)" if ep.has_residual else "nullptr"
     return f"""
 extern "C" int {entry}(const TvmExtGemmArgs* args, char* err, int err_len) {{
-  using Gemm = cutlass::gemm::device::GemmUniversalAdapter<{kernel}>;
-  using Kernel = typename Gemm::GemmKernel;
-  using ElementA = typename Gemm::ElementA;
-  using ElementB = typename Gemm::ElementB;
+  using Op = cutlass::gemm::device::GemmUniversalAdapter<{kernel}>;
+  using Kernel = typename Op::GemmKernel;
+  using ElementA = typename Op::ElementA;
+  using ElementB = typename Op::ElementB;
   using ElementC = typename Kernel::CollectiveEpilogue::ElementC;
   using ElementD = typename Kernel::CollectiveEpilogue::ElementD;
   int M = int(args->m), N = int(args->n), K = int(args->k), L = int(args->batch);
@@ -218,23 +280,9 @@ extern "C" int {entry}(const TvmExtGemmArgs* args, char* err, int err_len) {{
   auto stride_b = cutlass::make_cute_packed_stride(typename Kernel::StrideB{{}}, cute::make_shape(N, K, L));
   auto stride_c = cutlass::make_cute_packed_stride(typename Kernel::StrideC{{}}, cute::make_shape(M, N, L));
   auto stride_d = cutlass::make_cute_packed_stride(typename Kernel::StrideD{{}}, cute::make_shape(M, N, L));
-  typename Gemm::Arguments arguments{{
+  typename Op::Arguments arguments{{
       cutlass::gemm::GemmUniversalMode::kGemm, {{M, N, K, L}},
       {{static_cast<const ElementA*>(args->a), stride_a, static_cast<const ElementB*>(args->b), stride_b}},
       {{{{}}, {c_ptr}, stride_c, static_cast<ElementD*>(args->d), stride_d}}}};
   {" ".join(fusion)}
-  Gemm gemm;
-  TVM_EXT_CUTLASS_CHECK(gemm.can_implement(arguments), "can_implement");
-  size_t workspace_bytes = Gemm::get_workspace_size(arguments);
-  void* workspace = nullptr;
-  if (workspace_bytes && cudaMallocAsync(&workspace, workspace_bytes, args->stream) != cudaSuccess) {{
-    snprintf(err, err_len, "cannot allocate %zu bytes of CUTLASS workspace", workspace_bytes);
-    return 1;
-  }}
-  cutlass::Status st = gemm.initialize(arguments, workspace, args->stream);
-  if (st == cutlass::Status::kSuccess) st = gemm.run(args->stream);
-  if (workspace) cudaFreeAsync(workspace, args->stream);
-  TVM_EXT_CUTLASS_CHECK(st, "run");
-  return 0;
-}}
-"""
+  Op op;{_RUN}"""

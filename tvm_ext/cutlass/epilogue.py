@@ -1,9 +1,17 @@
 """Epilogues fused into CUTLASS kernels: what the pattern matched and how CUTLASS spells it.
 
 An epilogue is ``D = cast(act(acc + source))`` where ``source`` is nothing, a bias vector
-broadcast over the rows of the output (length N, the last axis) or a residual tensor of the
-output's shape; ``act`` is one of :data:`ACTIVATIONS` or none; ``cast`` converts to another
-output dtype (the operator's own output dtype is the dtype of ``acc + source``).
+broadcast over the rows of the output (length N, the last axis), a residual tensor of the
+output's shape, or both (``acc + bias + residual``: ResNet's conv+bias+add+relu, BERT's
+dense+bias+residual); ``act`` is one of :data:`ACTIVATIONS` or none; ``cast`` converts to
+another output dtype (the operator's own output dtype is the dtype of ``acc + source``).
+
+CUTLASS spelling: 2.x kernels use ``LinearCombinationGeneric<act>`` (one source tensor C with
+``beta = 1``; a bias is C with stride 0) or, for bias + residual, the broadcast epilogue
+(``DefaultGemmWithBroadcast`` / ``DefaultConv2dFpropWithBroadcast`` with
+``LinearCombinationResidualBlock<..., Identity, plus, act>``: ``act(acc + bias + residual)``
+with the bias as the broadcast vector and the residual as C). 3.x kernels use the fusion
+operations ``LinearCombination`` / ``LinCombEltAct`` / ``LinCombPerColBiasEltAct`` (C = residual).
 """
 from __future__ import annotations
 
@@ -12,7 +20,10 @@ from dataclasses import dataclass
 from tvm.relax.dpl import DFPattern, is_op, wildcard
 
 ACTIVATIONS: tuple[str, ...] = ("relu", "gelu", "gelu_tanh", "silu", "sigmoid", "hardswish")
-SOURCES: tuple[str, ...] = ("none", "bias", "residual")
+SOURCES: tuple[str, ...] = ("none", "bias", "residual", "bias_residual")
+#: The operands each source adds, innermost add first (also the pattern annotation names).
+SOURCE_OPERANDS: dict[str, tuple[str, ...]] = {"none": (), "bias": ("bias",), "residual": ("residual",),
+                                               "bias_residual": ("bias", "residual")}
 
 #: CUTLASS thread-level activation functors (``cutlass/epilogue/thread/activation.h``).
 CUTLASS_ACTIVATION: dict[str | None, str] = {
@@ -33,7 +44,8 @@ class Epilogue:
     Parameters
     ----------
     source : str
-        ``"none"``, ``"bias"`` (vector of length N broadcast over rows) or ``"residual"``.
+        ``"none"``, ``"bias"`` (vector of length N broadcast over rows), ``"residual"`` (tensor
+        of the output's shape) or ``"bias_residual"`` (both, added in either order).
     activation : str or None
         One of :data:`ACTIVATIONS`.
     cast : bool
@@ -67,7 +79,17 @@ class Epilogue:
         """Number of Relax operators the epilogue spans (for longest-first ordering)."""
         # silu may be matched as x * sigmoid(x): rank it above the one-op sigmoid pattern
         act_len = {None: 0, "hardswish": 4, "silu": 2}.get(self.activation, 1)
-        return (self.source != "none") + act_len + int(self.cast)
+        return len(SOURCE_OPERANDS[self.source]) + act_len + int(self.cast)
+
+    @property
+    def has_bias(self) -> bool:
+        """Whether a bias vector is added."""
+        return self.source in ("bias", "bias_residual")
+
+    @property
+    def has_residual(self) -> bool:
+        """Whether a residual tensor is added."""
+        return self.source in ("residual", "bias_residual")
 
     @property
     def cutlass_activation(self) -> str:
@@ -82,9 +104,10 @@ class Epilogue:
         if cast:
             text = text[: -len("cast")].rstrip("_")
         source = "none"
-        for candidate in ("bias", "residual"):
+        for candidate in ("bias_residual", "bias", "residual"):  # longest first
             if text == candidate or text.startswith(candidate + "_"):
                 source, text = candidate, text[len(candidate):].lstrip("_")
+                break
         activation = text or None
         return cls(source, activation, cast)
 
@@ -129,11 +152,13 @@ def epilogue_pattern(ep: Epilogue, op: DFPattern) -> tuple[DFPattern, dict[str, 
     """Wrap the operator pattern ``op`` with the epilogue; returns root and annotations."""
     ann: dict[str, DFPattern] = {}
     cur = op
-    if ep.source != "none":
+    # bias_residual: the inner add's operand is annotated "bias", the outer one "residual"; the
+    # check and the workload reader tell them apart by shape, so either order of the adds matches
+    for i, name in enumerate(SOURCE_OPERANDS[ep.source]):
         operand = wildcard()
         cur = is_op("relax.add")(cur, operand)
-        ann[ep.source] = operand
-        ann["source_add"] = cur
+        ann[name] = operand
+        ann["source_add" if i == 0 else "residual_add"] = cur
     if ep.activation:
         cur, extra = activation_pattern(ep.activation, cur)
         ann.update(extra)

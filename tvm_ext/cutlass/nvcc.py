@@ -106,6 +106,19 @@ def source_key(source: str, flags: Sequence[str]) -> str:
     return digest.hexdigest()[:32]
 
 
+def object_path(source: str, arch: str, *, extra_flags: Sequence[str] = (), link: bool = False) -> Path:
+    """Where :func:`compile_object` caches the object (or executable) of ``source``."""
+    flags = nvcc_flags(arch) + [f"-I{d}" for d in include_dirs()] + list(extra_flags)
+    suffix = ".bin" if link else ".o"
+    return cache_dir() / (source_key(source, flags + [suffix]) + suffix)
+
+
+def cached_object(source: str, arch: str) -> Path | None:
+    """The cached object of ``source`` for ``arch``, or None if it was never compiled."""
+    path = object_path(source, arch)
+    return path if path.exists() else None
+
+
 def compile_object(source: str, arch: str, *, extra_flags: Sequence[str] = (), link: bool = False) -> Path:
     """Compile ``source`` to an object (``link=True``: an executable) and return the cached path.
 
@@ -116,7 +129,7 @@ def compile_object(source: str, arch: str, *, extra_flags: Sequence[str] = (), l
     """
     flags = nvcc_flags(arch) + [f"-I{d}" for d in include_dirs()] + list(extra_flags)
     suffix = ".bin" if link else ".o"
-    target = cache_dir() / (source_key(source, flags + [suffix]) + suffix)
+    target = object_path(source, arch, extra_flags=extra_flags, link=link)
     if target.exists():
         _LOG.debug("nvcc cache hit %s", target.name)
         if link and not os.access(target, os.X_OK):

@@ -1,4 +1,4 @@
-"""The offload stage of the ``cutlass`` preset: NHWC conversion, partition, RunCodegen.
+"""The offload stage of the ``cutlass`` preset: NHWC conversion, channel padding, partition, RunCodegen.
 
 ``offload_passes(target)`` runs BEFORE the baseline graph passes. Convolutions that CUTLASS may
 take are converted to NHWC/OHWI with one ``ConvertLayout`` over the whole function, so layout
@@ -16,9 +16,11 @@ from tvm import relax
 
 from ..hardware import config_dir
 from .b2b import b2b_patterns
+from .b2b_conv import b2b_conv_patterns
 from .candidates import arch_number
 from .database import Database
 from .checks import INPUT_DTYPES, dtype_of
+from .padding import PadConvChannels
 from .patterns import CODEGEN_NAME, OP_KINDS, partition_for_cutlass
 
 _LOG = logging.getLogger(__name__)
@@ -115,9 +117,24 @@ def PartitionForCutlass(ops: tuple[str, ...] = OP_KINDS, extra_patterns=None) ->
     return _partition
 
 
+def codegen_options(target: tvm.target.Target, database: str | os.PathLike[str] | None = None) -> dict[str, str]:
+    """Options of the ``tvm_ext_cutlass`` codegen for ``target`` (arch, database, device)."""
+    db = Path(database) if database is not None else default_database_path()
+    options = {"arch": target_arch(target), "database": str(db) if db.exists() else ""}
+    model = target.attrs.get("model")
+    if model:
+        from ..hardware import list_devices
+
+        if str(model) in list_devices():
+            options["device"] = str(model)
+    return options
+
+
 def offload_passes(target: tvm.target.Target, database: str | os.PathLike[str] | None = None,
                    ops: tuple[str, ...] = OP_KINDS) -> list[tvm.transform.Pass]:
     """Passes that move CUTLASS-able GEMMs/convs (+ epilogues) into CUTLASS kernels.
+
+    NHWC conversion and channel padding (convolutions), partition, then ``RunCodegen``.
 
     Parameters
     ----------
@@ -136,14 +153,8 @@ def offload_passes(target: tvm.target.Target, database: str | os.PathLike[str] |
     if arch_number(arch) < 80:
         _LOG.info("CUTLASS offload skipped: %s is older than sm_80", arch)
         return []
-    db = Path(database) if database is not None else default_database_path()
-    options = {"arch": arch, "database": str(db) if db.exists() else ""}
-    model = target.attrs.get("model")
-    if model:
-        from ..hardware import list_devices
-
-        if str(model) in list_devices():
-            options["device"] = str(model)
-    passes = [convert_conv_to_nhwc] if "conv2d" in ops else []
-    b2b = (lambda: b2b_patterns(Database(db), arch)) if db.exists() else None
+    options = codegen_options(target, database)
+    passes = [convert_conv_to_nhwc, PadConvChannels] if "conv2d" in ops else []
+    db = options["database"]
+    b2b = (lambda: b2b_patterns(Database(db), arch) + b2b_conv_patterns(Database(db), arch)) if db else None
     return passes + [PartitionForCutlass(ops, b2b), relax.transform.RunCodegen(target_options={CODEGEN_NAME: options})]

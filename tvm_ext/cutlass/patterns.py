@@ -78,6 +78,10 @@ def reject_reason(op: str, annotated, matched_expr=None, matched_bindings=None, 
                                            annotated.get("transpose"))
     if reason is None:
         reason = checks.epilogue_reject_reason(annotated, call, annotated["root"])
+    if reason is None:
+        for source in ("bias", "residual"):
+            if source in annotated and any(annotated[source].same_as(annotated[x]) for x in ("lhs", "rhs")):
+                reason = f"the {source} is also an operand of the operator"
     if reason is None and matched_bindings is not None:
         leaks = checks.leaking_intermediates(matched_expr, matched_bindings, var_usages)
         if leaks:

@@ -2,7 +2,7 @@
 
 A profiler program is a tiny ``main`` (this module) linked with the candidate's kernel object,
 the same object the codegen uses, so a profiled instance costs no second compile when the model
-is built. The program takes the problem on its command line (``gemm B M N K`` or ``conv2d N H W C
+is built; split-K candidates of one tile configuration share that object (split-K is set here). The program takes the problem on its command line (``gemm B M N K`` or ``conv2d N H W C
 K R S P Q pad_h pad_w stride_h stride_w dil_h dil_w``), times 100 launches with CUDA events after
 10 warm-up launches, and prints one JSON line ``{"latency_us": ...}``. A candidate that fails to
 compile, to launch or to be implemented counts as +inf; the fastest goes into the Database.
@@ -22,6 +22,7 @@ from tqdm import tqdm
 from ..errors import KernelCompileError
 from ..hardware import DeviceSpec
 from .b2b import B2bGemmWorkload
+from .b2b_conv import B2bConv2dWorkload
 from .candidates import candidates
 from .codegen import kernel_for
 from .config import KernelConfig
@@ -89,6 +90,15 @@ _B2B_SETUP = r"""
   args.bias0 = alloc_fill(args.n0, 2, 3); args.b1 = alloc_fill(args.n1 * args.n0, 2, 4);
   args.bias1 = alloc_fill(args.n1, 2, 5); args.d = alloc_fill(args.m * args.n1, 2, 6);
 """
+_B2B_CONV_SETUP = r"""
+  args.n = v[0]; args.h = v[1]; args.w = v[2]; args.c = v[3]; args.k0 = v[4]; args.r = v[5]; args.s = v[6];
+  args.p = v[7]; args.q = v[8]; args.pad_h = v[9]; args.pad_w = v[10]; args.stride_h = v[11]; args.stride_w = v[12];
+  args.k1 = v[13];
+  args.x = alloc_fill(args.n * args.h * args.w * args.c, 2, 1);
+  args.w0 = alloc_fill(args.k0 * args.r * args.s * args.c, 2, 2); args.bias0 = alloc_fill(args.k0, 2, 3);
+  args.w1 = alloc_fill(args.k1 * args.k0, 2, 4); args.bias1 = alloc_fill(args.k1, 2, 5);
+  args.y = alloc_fill(args.n * args.p * args.q * args.k1, 2, 6);
+"""
 _CONV_SETUP = r"""
   args.n = v[0]; args.h = v[1]; args.w = v[2]; args.c = v[3]; args.k = v[4]; args.r = v[5]; args.s = v[6];
   args.p = v[7]; args.q = v[8]; args.pad_h = v[9]; args.pad_w = v[10]; args.stride_h = v[11]; args.stride_w = v[12];
@@ -105,21 +115,29 @@ def _bytes(dtype: str) -> int:
     return 4 if dtype == "float32" else 2
 
 
-def emit_profiler_main(wl: GemmWorkload | Conv2dWorkload, entry: str) -> str:
+def emit_profiler_main(wl: GemmWorkload | Conv2dWorkload, entry: str, split_k: int = 1) -> str:
     """The ``main`` translation unit of a profiler program for instance ``entry``."""
     ep = wl.epilogue
     if isinstance(wl, B2bGemmWorkload):
         return PROFILER_MAIN.replace("ENTRY", entry).replace("ARGS_T", "TvmExtB2bGemmArgs").replace("SETUP", _B2B_SETUP)
+    if isinstance(wl, B2bConv2dWorkload):
+        return (PROFILER_MAIN.replace("ENTRY", entry).replace("ARGS_T", "TvmExtB2bConv2dArgs")
+                .replace("SETUP", _B2B_CONV_SETUP))
     if isinstance(wl, Conv2dWorkload):
         setup = _CONV_SETUP
+        residual = "args.source = alloc_fill(args.n * args.p * args.q * args.k, ob, 4);"
         source = {"bias": "args.source = alloc_fill(args.k, ob, 4); args.source_is_vector = 1;",
-                  "residual": "args.source = alloc_fill(args.n * args.p * args.q * args.k, ob, 4);"}.get(ep.source, "")
+                  "residual": residual,
+                  "bias_residual": residual + " args.bias = alloc_fill(args.k, ob, 5);"}.get(ep.source, "")
         args_t = "TvmExtConv2dArgs"
     else:
         setup = _GEMM_SETUP.replace("LDB", "args.n" if wl.layout_b == "row" else "args.k")
+        setup += f"  args.split_k = {int(split_k)};\n"
+        residual = ("args.source = alloc_fill(args.batch * args.m * args.n, ob, 4); args.ldc = args.n;"
+                    " args.batch_stride_c = args.m * args.n;")
         source = {"bias": "args.source = alloc_fill(args.n, ob, 4); args.ldc = 0; args.batch_stride_c = 0;",
-                  "residual": ("args.source = alloc_fill(args.batch * args.m * args.n, ob, 4); args.ldc = args.n;"
-                               " args.batch_stride_c = args.m * args.n;")}.get(ep.source, "")
+                  "residual": residual,
+                  "bias_residual": residual + " args.bias = alloc_fill(args.n, ob, 5);"}.get(ep.source, "")
         args_t = "TvmExtGemmArgs"
     setup = setup.replace("SOURCE", source).replace("IN_BYTES", str(_bytes(wl.dtype)))
     setup = setup.replace("OUT_BYTES", str(_bytes(wl.final_dtype)))
@@ -130,6 +148,9 @@ def problem_argv(wl: GemmWorkload | Conv2dWorkload) -> list[str]:
     """Command-line problem description for a profiler program."""
     if isinstance(wl, B2bGemmWorkload):
         return ["b2b_gemm", str(wl.m), str(wl.n0), str(wl.k0), str(wl.n1)]
+    if isinstance(wl, B2bConv2dWorkload):
+        vals = [wl.n, wl.h, wl.w, wl.c, wl.k0, wl.r, wl.s, wl.p, wl.q, *wl.pad, *wl.stride, wl.k1]
+        return ["b2b_conv2d", *map(str, vals)]
     if isinstance(wl, Conv2dWorkload):
         vals = [wl.n, wl.h, wl.w, wl.c, wl.k, wl.r, wl.s, wl.p, wl.q, *wl.pad, *wl.stride, *wl.dilation]
         return ["conv2d", *map(str, vals)]
@@ -144,7 +165,7 @@ def build_profiler(wl: GemmWorkload | Conv2dWorkload, cfg: KernelConfig, arch: s
     """Compile (cached) the kernel object and link the profiler executable for one candidate."""
     kernel = kernel_for(_offload(wl), cfg, arch)
     obj = compile_object(kernel.source, arch)
-    return compile_object(emit_profiler_main(wl, kernel.entry), arch, extra_flags=[str(obj)], link=True)
+    return compile_object(emit_profiler_main(wl, kernel.entry, cfg.split_k), arch, extra_flags=[str(obj)], link=True)
 
 
 def run_program(program: Path, argv: Sequence[str], timeout: float = 60.0) -> float:
@@ -181,7 +202,8 @@ def tune(wl: GemmWorkload | Conv2dWorkload, arch: str, device: DeviceSpec, datab
     """
     if runner is run_program and not gpu_available():
         raise CutlassSetupError("template search needs an NVIDIA GPU to run the profiler programs")
-    cands = b2b_candidates(wl) if isinstance(wl, B2bGemmWorkload) else candidates(wl, arch, device)
+    b2b = isinstance(wl, (B2bGemmWorkload, B2bConv2dWorkload))
+    cands = b2b_candidates(wl) if b2b else candidates(wl, arch, device)
     programs: dict[int, Path] = {}
     with ThreadPoolExecutor(max_workers=jobs or 2) as pool:
         futures = {pool.submit(build_profiler, wl, cfg, arch): i for i, cfg in enumerate(cands)}
@@ -202,7 +224,8 @@ def tune(wl: GemmWorkload | Conv2dWorkload, arch: str, device: DeviceSpec, datab
     return record
 
 
-def tune_b2b(wl: B2bGemmWorkload, arch: str, device: DeviceSpec, database: Database, **kwargs) -> bool:
+def tune_b2b(wl: B2bGemmWorkload | B2bConv2dWorkload, arch: str, device: DeviceSpec, database: Database,
+             **kwargs) -> bool:
     """Profile the fused pair and both unfused GEMMs (those not yet measured); True if fusing wins.
 
     The partitioner then fuses the pair on this arch only if it won (see ``b2b.profitability_reason``).

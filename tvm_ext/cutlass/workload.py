@@ -10,8 +10,8 @@ from dataclasses import dataclass
 import tvm
 from tvm import relax
 
-from .checks import dtype_of, static_shape
-from .epilogue import Epilogue
+from .checks import dtype_of, split_bias_residual, static_shape
+from .epilogue import SOURCE_OPERANDS, Epilogue
 from .errors import CutlassCodegenError
 from .patterns import CompositeName
 
@@ -145,8 +145,11 @@ def workload_from_function(func: relax.Function, symbol: str = "") -> Offload:
     """Describe a partitioned function (outer ``Codegen`` function or its composite)."""
     name, inner = composite_function(func)
     comp = CompositeName.parse(name)
-    if comp.op == "b2b_gemm":
-        from .b2b import b2b_from_composite  # b2b builds on this module
+    if comp.op in ("b2b_gemm", "b2b_conv2d"):
+        if comp.op == "b2b_gemm":
+            from .b2b import b2b_from_composite  # b2b builds on this module
+        else:
+            from .b2b_conv import b2b_conv_from_composite as b2b_from_composite
 
         b2b, b2b_roles = b2b_from_composite(inner)
         return Offload(symbol=symbol or str(func.attrs.get("global_symbol", "")), composite=name, workload=b2b,
@@ -164,13 +167,14 @@ def workload_from_function(func: relax.Function, symbol: str = "") -> Offload:
     if comp.op == "dense":
         rhs = values[rhs].args[0]
     roles[lhs], roles[rhs] = ROLE_A, ROLE_B
-    for value in values.values():
-        if isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op) and value.op.name == "relax.add":
-            operand = value.args[1]
-            if operand in roles and roles[operand] == ROLE_SCALAR and comp.epilogue.source != "none":
-                if static_shape(operand) not in ((), None) and value.args[0] in values \
-                        and values[value.args[0]].same_as(op_call):
-                    roles[operand] = ROLE_BIAS if comp.epilogue.source == "bias" else ROLE_RESIDUAL
+    operands = _source_operands(values, op_call, len(SOURCE_OPERANDS[comp.epilogue.source]))
+    out_shape = static_shape(op_call)
+    if comp.epilogue.source == "bias_residual":
+        operands = list(split_bias_residual(*operands, out_shape))
+    for operand, role in zip(operands, SOURCE_OPERANDS[comp.epilogue.source]):
+        if operand not in roles:
+            raise CutlassCodegenError(f"composite {name}: the {role} operand is not a parameter")
+        roles[operand] = ROLE_BIAS if role == "bias" else ROLE_RESIDUAL
     out_dtype = dtype_of(op_call)
     final_dtype = dtype_of(inner.body.body)
     if comp.op == "conv2d":
@@ -181,6 +185,23 @@ def workload_from_function(func: relax.Function, symbol: str = "") -> Offload:
                    workload=workload, roles=tuple(roles[p] for p in params),
                    param_shapes=tuple(static_shape(p) or () for p in params),
                    out_shape=static_shape(inner.body.body) or ())
+
+
+def _source_operands(values: dict, op_call: relax.Call, count: int) -> list:
+    """The operands of the first ``count`` adds chained after ``op_call`` (either argument order)."""
+    chain = next(var for var, value in values.items() if value.same_as(op_call))
+    operands = []
+    for var, value in values.items():
+        if len(operands) == count:
+            break
+        if isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op) and value.op.name == "relax.add":
+            lhs, rhs = value.args
+            if lhs.same_as(chain) or rhs.same_as(chain):
+                operands.append(rhs if lhs.same_as(chain) else lhs)
+                chain = var
+    if len(operands) != count:
+        raise CutlassCodegenError(f"expected {count} epilogue adds after the operator, found {len(operands)}")
+    return operands
 
 
 def _gemm_workload(op: str, lhs, rhs, ep: Epilogue, out_dtype: str, final_dtype: str) -> GemmWorkload:

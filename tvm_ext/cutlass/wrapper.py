@@ -50,28 +50,38 @@ def _numel(shape: Sequence[int]) -> int:
     return out
 
 
-def _gemm_fill(wl: GemmWorkload, ptr: dict[str, str]) -> list[str]:
+def _source_pointers(ptr: dict[str, str]) -> tuple[str, str, bool]:
+    """``(source, bias, source_is_vector)``: C is the residual if there is one, else the bias."""
+    if ROLE_RESIDUAL in ptr:
+        return ptr[ROLE_RESIDUAL], ptr.get(ROLE_BIAS, "nullptr"), False
+    if ROLE_BIAS in ptr:
+        return ptr[ROLE_BIAS], "nullptr", True
+    return "nullptr", "nullptr", False
+
+
+def _gemm_fill(wl: GemmWorkload, ptr: dict[str, str], split_k: int) -> list[str]:
     m, n, k = wl.m, wl.n, wl.k
-    source = ptr.get(ROLE_BIAS) or ptr.get(ROLE_RESIDUAL) or "nullptr"
-    is_bias = ROLE_BIAS in ptr
+    source, bias, is_vector = _source_pointers(ptr)
     return [
-        f"args.batch = {wl.batch}; args.m = {m}; args.n = {n}; args.k = {k};",
-        f"args.a = {ptr[ROLE_A]}; args.b = {ptr[ROLE_B]}; args.source = {source}; args.d = {ptr['out']};",
-        f"args.lda = {k}; args.ldb = {n if wl.layout_b == 'row' else k}; args.ldc = {0 if is_bias else n}; args.ldd = {n};",
+        f"args.batch = {wl.batch}; args.m = {m}; args.n = {n}; args.k = {k}; args.split_k = {split_k};",
+        f"args.a = {ptr[ROLE_A]}; args.b = {ptr[ROLE_B]}; args.source = {source}; args.bias = {bias};",
+        f"args.d = {ptr['out']};",
+        f"args.lda = {k}; args.ldb = {n if wl.layout_b == 'row' else k}; args.ldc = {0 if is_vector else n};",
+        f"args.ldd = {n};",
         f"args.batch_stride_a = {m * k}; args.batch_stride_b = {k * n if wl.b_batched else 0};",
-        f"args.batch_stride_c = {0 if is_bias else m * n}; args.batch_stride_d = {m * n};",
+        f"args.batch_stride_c = {0 if is_vector else m * n}; args.batch_stride_d = {m * n};",
     ]
 
 
 def _conv_fill(wl: Conv2dWorkload, ptr: dict[str, str]) -> list[str]:
-    source = ptr.get(ROLE_BIAS) or ptr.get(ROLE_RESIDUAL) or "nullptr"
+    source, bias, is_vector = _source_pointers(ptr)
     return [
         f"args.n = {wl.n}; args.h = {wl.h}; args.w = {wl.w}; args.c = {wl.c}; args.k = {wl.k};",
         f"args.r = {wl.r}; args.s = {wl.s}; args.p = {wl.p}; args.q = {wl.q};",
         f"args.pad_h = {wl.pad[0]}; args.pad_w = {wl.pad[1]}; args.stride_h = {wl.stride[0]};",
         f"args.stride_w = {wl.stride[1]}; args.dilation_h = {wl.dilation[0]}; args.dilation_w = {wl.dilation[1]};",
-        f"args.x = {ptr[ROLE_A]}; args.w_ptr = {ptr[ROLE_B]}; args.source = {source}; args.y = {ptr['out']};",
-        f"args.source_is_vector = {1 if ROLE_BIAS in ptr else 0};",
+        f"args.x = {ptr[ROLE_A]}; args.w_ptr = {ptr[ROLE_B]}; args.source = {source}; args.bias = {bias};",
+        f"args.y = {ptr['out']}; args.source_is_vector = {int(is_vector)};",
     ]
 
 
@@ -81,8 +91,21 @@ def _b2b_fill(wl, ptr: dict[str, str]) -> list[str]:
             f"args.b1 = {ptr['b1']}; args.bias1 = {ptr['bias1']}; args.d = {ptr['out']};"]
 
 
-def emit_glue_function(off: Offload, entry: str) -> str:
-    """C++ for the exported function ``off.symbol`` calling the C entry point ``entry``."""
+def _b2b_conv_fill(wl, ptr: dict[str, str]) -> list[str]:
+    return [f"args.n = {wl.n}; args.h = {wl.h}; args.w = {wl.w}; args.c = {wl.c}; args.k0 = {wl.k0};",
+            f"args.r = {wl.r}; args.s = {wl.s}; args.p = {wl.p}; args.q = {wl.q}; args.k1 = {wl.k1};",
+            f"args.pad_h = {wl.pad[0]}; args.pad_w = {wl.pad[1]}; args.stride_h = {wl.stride[0]};"
+            f" args.stride_w = {wl.stride[1]};",
+            f"args.x = {ptr[ROLE_A]}; args.w0 = {ptr[ROLE_B]}; args.bias0 = {ptr[ROLE_BIAS]};",
+            f"args.w1 = {ptr['b1']}; args.bias1 = {ptr['bias1']}; args.y = {ptr['out']};"]
+
+
+def emit_glue_function(off: Offload, entry: str, split_k: int = 1) -> str:
+    """C++ for the exported function ``off.symbol`` calling the C entry point ``entry``.
+
+    The shapes of the offload (and its split-K slices) are passed here: the instance behind
+    ``entry`` is shape-generic and may serve several offloads.
+    """
     wl = off.workload
     params = [f"tvm::ffi::TensorView p{i}" for i in range(len(off.roles))] + ["tvm::ffi::TensorView out"]
     checks, ptr = [], {"out": "tvm_ext_ptr(out)"}
@@ -101,7 +124,9 @@ def emit_glue_function(off: Offload, entry: str) -> str:
     if isinstance(wl, Conv2dWorkload):
         fill, args_type = _conv_fill(wl, ptr), "TvmExtConv2dArgs"
     elif isinstance(wl, GemmWorkload):
-        fill, args_type = _gemm_fill(wl, ptr), "TvmExtGemmArgs"
+        fill, args_type = _gemm_fill(wl, ptr, split_k), "TvmExtGemmArgs"
+    elif wl.kind == "b2b_conv2d":
+        fill, args_type = _b2b_conv_fill(wl, ptr), "TvmExtB2bConv2dArgs"
     else:
         fill, args_type = _b2b_fill(wl, ptr), "TvmExtB2bGemmArgs"
     body = "\n  ".join(checks + [f"{args_type} args{{}};"] + fill)
@@ -119,9 +144,10 @@ TVM_FFI_DLL_EXPORT_TYPED_FUNC({off.symbol}, {off.symbol}_impl);
 """
 
 
-def emit_glue(offloads: Sequence[Offload], entries: Sequence[str]) -> str:
-    """The whole glue translation unit."""
-    return GLUE_PRELUDE + "".join(emit_glue_function(o, e) for o, e in zip(offloads, entries))
+def emit_glue(offloads: Sequence[Offload], entries: Sequence[str], split_k: Sequence[int] | None = None) -> str:
+    """The whole glue translation unit (``split_k``: slices per offload, default 1)."""
+    splits = list(split_k) if split_k is not None else [1] * len(offloads)
+    return GLUE_PRELUDE + "".join(emit_glue_function(o, e, s) for o, e, s in zip(offloads, entries, splits))
 
 
 def compile_glue(source: str) -> Path:

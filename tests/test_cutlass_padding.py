@@ -1,0 +1,137 @@
+"""Channel padding of CUTLASS convolutions (Bolt §3.2.3): structure, partition and CPU numerics."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tvm
+from tvm import relax
+
+from tvm_ext.cutlass import convert_conv_to_nhwc, offload_passes, partition_for_cutlass, workload_from_function
+from tvm_ext.cutlass.padding import PAD_MULTIPLE, channel_padding, pad_conv_channels
+
+RNG = np.random.default_rng(0)
+
+
+def _conv_model(channels: int, out_channels: int = 16, const_weight: bool = True, groups: int = 1,
+                layout: str = "NCHW", dtype: str = "float16") -> tuple[tvm.IRModule, np.ndarray]:
+    """conv3x3(+relu) whose input has ``channels`` channels; small integers keep fp16 sums exact."""
+    w = RNG.integers(-1, 2, (out_channels, channels // groups, 3, 3)).astype(dtype)
+    shape = (1, channels, 10, 10) if layout == "NCHW" else (1, 10, 10, channels)
+    if layout == "NHWC":
+        w = w.transpose(0, 2, 3, 1).copy()
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType(shape, dtype))
+    params = [x] if const_weight else [x, relax.Var("w", relax.TensorType(w.shape, dtype))]
+    kw = {} if layout == "NCHW" else {"data_layout": "NHWC", "kernel_layout": "OHWI"}
+    with bb.function("main", params):
+        with bb.dataflow():
+            weight = relax.const(w) if const_weight else params[1]
+            y = bb.emit(relax.op.nn.relu(relax.op.nn.conv2d(x, weight, padding=1, groups=groups, **kw)))
+            out = bb.emit_output(y)
+        bb.emit_func_output(out)
+    return bb.get(), w
+
+
+def _run(mod: tvm.IRModule, args, llvm_target) -> np.ndarray:
+    vm = relax.VirtualMachine(tvm.compile(mod, llvm_target), tvm.cpu())
+    return vm["main"](*(tvm.runtime.tensor(a) for a in args)).numpy().astype("float32")
+
+
+def _convs(mod: tvm.IRModule) -> list[relax.Call]:
+    found = []
+
+    @relax.expr_functor.visitor
+    class _Finder(relax.PyExprVisitor):
+        def visit_call_(self, call):  # noqa: N802 - visitor API
+            if isinstance(call.op, tvm.ir.Op) and call.op.name == "relax.nn.conv2d":
+                found.append(call)
+            super().visit_call_(call)
+
+    _Finder().visit_expr(mod["main"])
+    return found
+
+
+def test_first_conv_padded_to_8_channels_and_offloaded(llvm_target):
+    mod, w = _conv_model(3)
+    nhwc = convert_conv_to_nhwc(mod)
+    padded = pad_conv_channels(nhwc)
+    text = padded["main"].script()
+    # activation: zero channels appended to the channel axis, right after the entry transpose
+    assert "R.nn.pad(lv, pad_width=[0, 0, 0, 0, 0, 0, 0, 5]" in text
+    (conv,) = _convs(padded)
+    weight = conv.args[1].value.numpy()  # constant weight padded at compile time
+    assert weight.shape == (16, 3, 3, 8)
+    np.testing.assert_array_equal(weight[..., :3], w.transpose(0, 2, 3, 1))
+    assert not weight[..., 3:].any()
+    # C=3 is odd: without padding CUTLASS cannot take the conv; padded, it runs with 128-bit loads
+    assert not any(f.attrs and "Codegen" in f.attrs for _, f in partition_for_cutlass(nhwc).functions_items())
+    part = partition_for_cutlass(padded)
+    (func,) = [f for _, f in part.functions_items() if f.attrs and "Codegen" in f.attrs]
+    wl = workload_from_function(func).workload
+    assert (wl.c, wl.k, wl.max_alignment) == (8, 16, (8, 8, 8))
+    x = RNG.integers(-2, 3, (1, 3, 10, 10)).astype("float16")
+    ref = _run(mod, [x], llvm_target)
+    np.testing.assert_array_equal(_run(padded, [x], llvm_target), ref)
+    assert np.abs(ref).max() > 0
+
+
+def test_pad_fuses_into_the_producer():
+    """After legalization and fusion the pad and the NCHW->NHWC transpose are one kernel."""
+    mod, _ = _conv_model(3)
+    part = partition_for_cutlass(pad_conv_channels(convert_conv_to_nhwc(mod)))
+    fused = tvm.transform.Sequential([relax.transform.LegalizeOps(), relax.transform.AnnotateTIROpPattern(),
+                                      relax.transform.FuseOps(), relax.transform.FuseTIR()])(part)
+    names = {gv.name_hint for gv in fused.get_global_vars()}
+    assert "fused_transpose_pad" in names
+    assert fused["main"].script().count("R.call_tir(") == 2  # entry transpose+pad, exit transpose
+
+
+def test_non_constant_weight_padded_in_graph(llvm_target):
+    mod, w = _conv_model(12, const_weight=False, layout="NHWC")
+    padded = pad_conv_channels(mod)
+    (conv,) = _convs(padded)
+    assert [int(d) for d in conv.args[0].ty.shape] == [1, 10, 10, 16]
+    assert [int(d) for d in conv.args[1].ty.shape] == [16, 3, 3, 16]
+    assert padded["main"].script().count("R.nn.pad(") == 2
+    x = RNG.integers(-2, 3, (1, 10, 10, 12)).astype("float16")
+    np.testing.assert_array_equal(_run(padded, [x, w], llvm_target), _run(mod, [x, w], llvm_target))
+
+
+@pytest.mark.parametrize("case", ["aligned", "depthwise", "nchw", "odd out channels", "float32", "asymmetric"])
+def test_not_padded(case: str):
+    if case == "asymmetric":  # CUTLASS rejects the conv for its padding: channel padding would be waste
+        mod, _ = _conv_model(3, layout="NHWC")
+        (conv,) = _convs(mod)
+        assert channel_padding(conv) == 5  # the same conv with symmetric padding is padded
+        call = relax.op.nn.conv2d(conv.args[0], conv.args[1], padding=(0, 0, 1, 1), data_layout="NHWC",
+                                  kernel_layout="OHWI")
+        assert channel_padding(relax.BlockBuilder().normalize(call)) == 0
+        return
+    if case == "aligned":
+        mod, _ = _conv_model(16, layout="NHWC")
+    elif case == "depthwise":
+        mod, _ = _conv_model(6, out_channels=6, groups=6, layout="NHWC")
+    elif case == "nchw":
+        mod, _ = _conv_model(3)
+    elif case == "odd out channels":
+        mod, _ = _conv_model(3, out_channels=5, layout="NHWC")
+    else:
+        mod, _ = _conv_model(3, layout="NHWC", dtype="float32")
+    assert all(channel_padding(c) == 0 for c in _convs(mod))
+    tvm.ir.assert_structural_equal(pad_conv_channels(mod), mod)
+
+
+def test_padding_amounts():
+    for channels, extra in ((3, 5), (8, 0), (12, 4), (46, 2), (64, 0)):
+        mod, _ = _conv_model(channels, layout="NHWC")
+        (conv,) = _convs(mod)
+        assert channel_padding(conv) == extra
+    assert PAD_MULTIPLE == 8
+
+
+def test_offload_passes_pad_before_partition():
+    mod, _ = _conv_model(3)
+    passes = offload_passes(tvm.target.Target({"kind": "cuda", "arch": "sm_80"}))[:-1]  # all but RunCodegen
+    part = tvm.transform.Sequential(passes)(mod)
+    funcs = [f for _, f in part.functions_items() if f.attrs and "Codegen" in f.attrs]
+    assert len(funcs) == 1 and workload_from_function(funcs[0]).workload.c == 8
