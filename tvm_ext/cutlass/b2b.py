@@ -33,8 +33,23 @@ B2B_ACTIVATIONS = {"relax.nn.relu": "relu", "relax.nn.gelu": "gelu", "relax.nn.g
 MAX_N = 256
 
 
+class B2bEpilogueMixin:
+    """What both back-to-back workloads share: one dtype throughout, bias + activation last."""
+
+    dtype: str
+    activation1: str
+
+    @property
+    def final_dtype(self) -> str:
+        return self.dtype
+
+    @property
+    def epilogue(self) -> Epilogue:
+        return Epilogue("bias", self.activation1)
+
+
 @dataclass(frozen=True)
-class B2bGemmWorkload:
+class B2bGemmWorkload(B2bEpilogueMixin):
     """``D = act1(relu(A[M, K0] @ W0[N0, K0]^T + b0) @ W1[N1, N0]^T + b1)``."""
 
     m: int
@@ -46,14 +61,6 @@ class B2bGemmWorkload:
 
     op = "b2b_gemm"
     kind = "b2b_gemm"
-
-    @property
-    def final_dtype(self) -> str:
-        return self.dtype
-
-    @property
-    def epilogue(self) -> Epilogue:
-        return Epilogue("bias", self.activation1)
 
     def key(self) -> str:
         return f"b2b_gemm_m{self.m}_n{self.n0}_k{self.k0}_n{self.n1}"

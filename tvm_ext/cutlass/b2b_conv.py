@@ -20,7 +20,7 @@ from tvm.relax.dpl import is_op, wildcard
 from tvm.relax.transform import FusionPattern, PatternCheckContext
 
 from . import checks
-from .b2b import B2B_ACTIVATIONS, ROLE_B1, ROLE_BIAS1, profitability_reason
+from .b2b import B2B_ACTIVATIONS, ROLE_B1, ROLE_BIAS1, B2bEpilogueMixin, profitability_reason
 from .database import Database
 from .epilogue import Epilogue
 from .errors import CutlassCodegenError
@@ -32,7 +32,7 @@ MAX_K0, MAX_K1 = 128, 256
 
 
 @dataclass(frozen=True)
-class B2bConv2dWorkload:
+class B2bConv2dWorkload(B2bEpilogueMixin):
     """``y = act1(conv1x1(relu(conv(x, w0) + b0), w1) + b1)``, NHWC/OHWI, float16."""
 
     n: int
@@ -52,14 +52,6 @@ class B2bConv2dWorkload:
 
     op = "b2b_conv2d"
     kind = "b2b_conv2d"
-
-    @property
-    def final_dtype(self) -> str:
-        return self.dtype
-
-    @property
-    def epilogue(self) -> Epilogue:
-        return Epilogue("bias", self.activation1)
 
     @property
     def n0(self) -> int:
