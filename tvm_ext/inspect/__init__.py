@@ -8,7 +8,7 @@ Example
 """
 from __future__ import annotations
 
-from .fallback import DLIGHT_FALLBACK_REASON, DLIGHT_RULES, FALLBACK_ATTR, FallbackOp, dlight_rule_for
+from .fallback import DLIGHT_FALLBACK_REASON, FALLBACK_ATTR, FallbackOp, dlight_rules_by_func
 from .kernel_check import NvccResult, compile_cuda_source, find_cuda_root
 from .kernels import (KernelLaunches, cuda_source, device_kernels, global_kernel_names, kernel_launches,
                       kernel_source, launch_regions, primfunc_calls)
@@ -16,7 +16,7 @@ from .report import GroupInfo, Report, group_instances, inspect, report_from_sta
 from .stages import StagedBuild, build_stages, resolve_target
 
 __all__ = [
-    "DLIGHT_FALLBACK_REASON", "DLIGHT_RULES", "FALLBACK_ATTR", "FallbackOp", "dlight_rule_for",
+    "DLIGHT_FALLBACK_REASON", "FALLBACK_ATTR", "FallbackOp", "dlight_rules_by_func",
     "NvccResult", "compile_cuda_source", "find_cuda_root",
     "KernelLaunches", "cuda_source", "device_kernels", "global_kernel_names", "kernel_launches",
     "kernel_source", "launch_regions", "primfunc_calls",

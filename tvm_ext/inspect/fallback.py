@@ -9,8 +9,10 @@ DESIGN.md: *nothing falls back silently*. An entry of :func:`find_fallbacks` is 
 ``dlight_fallback``
     A PrimFunc that the preset hands to dlight (``ApplyDefaultSchedule``) and that matches
     none of the specialised rules; only the generic ``Fallback`` rule (one thread per output
-    element, no shared memory) schedules it. The rule that applies is found by trying the
-    rules in ``ApplyDefaultSchedule``'s order (:data:`DLIGHT_RULES`).
+    element, no shared memory) schedules it. The rule that applied is the one the schedule
+    stage recorded (:class:`~tvm_ext.default_schedule.SafeDefaultSchedule`).
+``dlight_rule_failed``
+    A PrimFunc on which one of TVM's dlight rules raised; it was scheduled by the next rule.
 ``marked``
     A PrimFunc carrying the function attribute :data:`FALLBACK_ATTR`.
 
@@ -39,8 +41,6 @@ from ..graph import OpGraph
 FALLBACK_ATTR = "tvm_ext.fallback"
 
 #: dlight rules of the baseline (TVM 0.27's CUDA pipeline), in the order they are tried.
-DLIGHT_RULES: tuple[str, ...] = ("Matmul", "GEMV", "Reduction", "GeneralReduction", "Fallback")
-
 #: Reason given for PrimFuncs that only dlight's generic rule schedules.
 DLIGHT_FALLBACK_REASON = "no specialized schedule rule matched: generic Fallback"
 
@@ -73,32 +73,6 @@ class FallbackOp:
     def to_json(self) -> dict:
         """JSON-serialisable form."""
         return {"op": self.op, "kind": self.kind, "reason": self.reason, "ops": list(self.ops)}
-
-
-def _dlight_rule(name: str):
-    from tvm.s_tir import dlight as dl
-
-    return getattr(dl.gpu, name)()
-
-
-def dlight_rule_for(func: tirx.PrimFunc, target: tvm.target.Target,
-                    rules: tuple[str, ...] = DLIGHT_RULES) -> str | None:
-    """Name of the first dlight rule (of ``rules``) that schedules ``func``, or ``None``.
-
-    A rule that raises on ``func`` counts as not applying (as in the schedule stage).
-    """
-    from ..default_schedule import RULE_ERRORS
-
-    func_target = func.attrs.get("target") if func.attrs is not None else None
-    tgt = func_target if func_target is not None else target
-    with tgt:
-        for name in rules:
-            try:
-                if _dlight_rule(name).apply(func, tgt, False) is not None:
-                    return name
-            except RULE_ERRORS:
-                continue
-    return None
 
 
 def dlight_rules_by_func(scheduled_mod: tvm.IRModule) -> dict[str, str] | None:
