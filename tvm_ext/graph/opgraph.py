@@ -91,18 +91,10 @@ class _Builder:
     names: dict = field(default_factory=dict)  # relax Var -> tensor name, or tuple of names
     group_uses: dict = field(default_factory=dict)  # fused function name -> call sites expanded so far
 
-    def unique(self, hint: str) -> str:
+    def unique(self, hint: str, also_taken: frozenset[str] | set[str] = frozenset()) -> str:
+        """``hint``, suffixed ``_k`` if a tensor (or a name in ``also_taken``) has it already."""
         name, k = hint or "t", 0
-        while name in self.tensors:
-            k += 1
-            name = f"{hint}_{k}"
-        return name
-
-    def unique_node_name(self, hint: str) -> str:
-        """A name for a node without tensor outputs (distinct from tensors and other nodes)."""
-        taken = {n["name"] for n in self.nodes}
-        name, k = hint or "op", 0
-        while name in self.tensors or name in taken:
+        while name in self.tensors or name in also_taken:
             k += 1
             name = f"{hint}_{k}"
         return name
@@ -162,7 +154,7 @@ class _Builder:
         written = sum(self.tensor_bytes(t) for t in outs)
         moved = read + written
         intensity = flops / moved if moved else 0.0
-        self.nodes.append(dict(index=index, name=outs[0].split(".")[0] if outs else self.unique_node_name(var.name), func_name=func_name, func=func,
+        self.nodes.append(dict(index=index, name=outs[0].split(".")[0] if outs else self.unique(var.name, {n["name"] for n in self.nodes}), func_name=func_name, func=func,
                                inputs=args, outputs=outs, pattern=pattern, op_class=op_class,
                                flops=flops, bytes_read=read, bytes_written=written,
                                memory_intensive=op_class != OpClass.OPAQUE and intensity < self.threshold,
