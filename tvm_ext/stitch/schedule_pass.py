@@ -6,7 +6,9 @@ intermediates become extra outputs of the PrimFunc (allocated by the Relax VM, a
 allocate global memory) and the ``call_tir`` sites are updated. A function the planner or the
 builder cannot handle is left to dlight, i.e. compiled as several kernels, and the reason is
 recorded in the module attribute ``"tvm_ext.stitch_report"`` (function name -> ``"stitched"``,
-``"stitched+grid_sync"`` or ``"fallback: <reason>"``) and logged.
+``"stitched+grid_sync"``, ``"stitched+gemm_prologue"`` or ``"fallback: <reason>"``) and logged.
+Groups of kind ``"prologue"`` (a GEMM that computes its softmax-like row operand) are built by
+:func:`~tvm_ext.stitch.prologue_schedule.build_prologue_schedule`.
 
 ``stitch_schedule_passes(target)`` = that pass, then TVM's dlight rules as the baseline runs them
 (functions marked ``tirx.is_scheduled`` are skipped; a rule that raises on a function is
@@ -27,6 +29,7 @@ from ..tir import PIPELINE_NAME
 from ..default_schedule import SafeDefaultSchedule
 from .planner import PlanOptions, StitchPlanError, plan_prim_func
 from .relax_pass import GROUPS_ATTR
+from .prologue_schedule import build_prologue_schedule
 from .schedule import StitchScheduleError, build_schedule, promote_workspace
 
 logger = logging.getLogger(__name__)
@@ -67,8 +70,9 @@ def _stitched_names(mod: tvm.IRModule) -> dict[str, str]:
 
 
 def _worth_own_schedule(func: tirx.PrimFunc, kind: str) -> bool:
-    """Stitch groups always; a single node only when it has several blocks or a reduction (softmax, norms)."""
-    if kind == "stitch":
+    """Stitch groups and GEMM prologues always; a single node only when it has several blocks
+    or a reduction (softmax, norms)."""
+    if kind in ("stitch", "prologue"):
         return True
     if kind != "single":
         return False
@@ -109,9 +113,13 @@ def schedule_stitched(mod: tvm.IRModule, device: DeviceSpec, options: PlanOption
             continue
         if not _worth_own_schedule(func, stitched[name]):
             continue
+        plan = None
         try:
-            plan = plan_prim_func(func, device, options)
-            scheduled = build_schedule(plan)
+            if stitched[name] == "prologue":
+                scheduled = build_prologue_schedule(func, device)
+            else:
+                plan = plan_prim_func(func, device, options)
+                scheduled = build_schedule(plan)
         except (StitchPlanError, StitchScheduleError) as err:
             report[name] = f"fallback: {err}"
             logger.warning("stitched kernel '%s' left to dlight (separate kernels): %s", name, err)
@@ -126,7 +134,10 @@ def schedule_stitched(mod: tvm.IRModule, device: DeviceSpec, options: PlanOption
         if extra:
             workspaces[name] = extra
         mod[gv] = scheduled
-        report[name] = "stitched+grid_sync" if plan.needs_grid_sync else "stitched"
+        if plan is None:
+            report[name] = "stitched+gemm_prologue"
+        else:
+            report[name] = "stitched+grid_sync" if plan.needs_grid_sync else "stitched"
     if workspaces:
         mod = _add_workspace_outputs(mod, workspaces)
     return mod.with_attr(REPORT_ATTR, report), report

@@ -13,6 +13,9 @@
    graph stays acyclic.
 3. *Remote stitching.* Two groups with no path between them in either direction are merged
    (the merge is convex by construction).
+4. *Row-reduction prologues.* A softmax-like group whose only result is the row operand of
+   one GEMM joins that GEMM's group (regional scheme through shared memory, see
+   :mod:`tvm_ext.stitch.prologue`).
 
 Example
 -------
@@ -32,6 +35,7 @@ import tvm_ffi
 
 from ..graph import OpClass, OpGraph, TensorKind, sblocks
 from .kernels import has_contraction
+from .prologue import prologue_target
 
 #: Operator classes that stitching treats as memory-intensive (paper §2.1).
 STITCH_CLASSES = frozenset({OpClass.ELEMENTWISE, OpClass.BROADCAST, OpClass.INJECTIVE, OpClass.REDUCE})
@@ -49,7 +53,9 @@ class ScopeGroup:
         Node indices in topological order.
     kind : str
         ``"stitch"`` (memory-intensive nodes only), ``"epilogue"`` (a compute node and its
-        elementwise consumers) or ``"single"`` (one node left alone).
+        elementwise consumers), ``"prologue"`` (an epilogue group that also computes its row
+        operand from a row-reduction group, see :mod:`tvm_ext.stitch.prologue`) or
+        ``"single"`` (one node left alone).
     parts : int
         Number of remote-stitched parts (independent sub-groups) in a stitch group.
     """
@@ -272,7 +278,8 @@ def _reach(graph: OpGraph, sources: set[int]) -> set[int]:
 
 
 def stitch_scope(graph: OpGraph, *, absorb_epilogues: bool = True, absorb_layout: bool = True,
-                 remote: bool = True, max_group_nodes: int | None = None) -> StitchScope:
+                 remote: bool = True, max_group_nodes: int | None = None,
+                 gemm_prologues: bool = True) -> StitchScope:
     """Cluster the nodes of ``graph`` into kernels (see the module docstring).
 
     Parameters
@@ -289,6 +296,8 @@ def stitch_scope(graph: OpGraph, *, absorb_epilogues: bool = True, absorb_layout
         Merge independent memory-intensive groups (remote stitching).
     max_group_nodes : int, optional
         Upper bound on nodes per stitch group (no bound by default).
+    gemm_prologues : bool
+        Stitch row-reduction groups (softmax) into the GEMM consuming their result.
 
     Returns
     -------
@@ -338,9 +347,43 @@ def stitch_scope(graph: OpGraph, *, absorb_epilogues: bool = True, absorb_layout
         groups.append(ScopeGroup(tuple(n for n in order if n in members), kind, clusters.parts[gid]))
     grouped = {n for g in groups for n in g.nodes}
     groups.extend(ScopeGroup((i,), "single") for i in order if i not in grouped)
+    if gemm_prologues:
+        groups = _absorb_row_prologues(graph, groups, order)
     position = {n: k for k, n in enumerate(order)}
     groups.sort(key=lambda g: position[g.nodes[0]])
     return StitchScope(graph, groups)
+
+
+def _absorb_row_prologues(graph: OpGraph, groups: list[ScopeGroup], order: list[int]) -> list[ScopeGroup]:
+    """Merge each row-reduction group into the group of the GEMM that consumes its result, when
+    that GEMM heads its group (its epilogue and layout nodes) and the union stays convex."""
+    owner = {n: k for k, g in enumerate(groups) for n in g.nodes}
+    merged: dict[int, int] = {}  # absorbed group -> host group
+    for k, group in enumerate(groups):
+        if group.kind not in ("stitch", "single") or k in merged.values():
+            continue
+        target = prologue_target(graph, set(group.nodes))
+        if target is None:
+            continue
+        host = owner[target]
+        if groups[host].kind not in ("epilogue", "single") or host in merged or host in merged.values():
+            continue
+        if not is_compute_intensive(graph, target) or not graph.is_convex(set(group.nodes) | set(groups[host].nodes)):
+            continue
+        merged[k] = host
+    if not merged:
+        return groups
+    out: list[ScopeGroup] = []
+    for k, group in enumerate(groups):
+        if k in merged:
+            continue
+        guests = [g for g, h in merged.items() if h == k]
+        if guests:
+            nodes = set(group.nodes).union(*(groups[g].nodes for g in guests))
+            out.append(ScopeGroup(tuple(n for n in order if n in nodes), "prologue"))
+        else:
+            out.append(group)
+    return out
 
 
 def _remote_stitch(graph: OpGraph, clusters: _Clusters, limit: int) -> None:

@@ -1,0 +1,164 @@
+"""Row-reduction prologues: a softmax (or a narrow layer norm) stitched into the GEMM reading it.
+
+Scope decisions on small Relax graphs, the tile plan, CPU numerics of the fused graph against
+the baseline, and the CUDA of the scheduled kernel (one kernel, the operand rows in shared
+memory, compiled by nvcc for sm_80 and sm_90a-class targets).
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tvm
+from tvm import relax
+
+import tvm_ext.tir as ttir
+from tvm_ext.graph import OpGraph
+from tvm_ext.hardware import load_device
+from tvm_ext.inspect.kernel_check import compile_cuda_source, nvcc_available
+from tvm_ext.pipeline import Preset, preset_pipeline
+from tvm_ext.stitch import REPORT_ATTR, stitch_graph_passes, stitch_schedule_passes
+from tvm_ext.stitch.prologue import row_operand_read
+from tvm_ext.stitch.prologue_schedule import build_prologue_schedule, plan_prologue_tiles
+from tvm_ext.stitch.relax_pass import GROUPS_ATTR
+from tvm_ext.stitch.schedule import StitchScheduleError
+from tvm_ext.stitch.scope import stitch_scope
+from tvm_ext.testing.oracle import run_cpu
+
+STITCH = Preset("stitch", "test preset", ("stitch",), graph=stitch_graph_passes, schedule=stitch_schedule_passes)
+TARGETS = ["tvm_ext/a100", "tvm_ext/h100"]
+
+
+def _module(params, body) -> tvm.IRModule:
+    bb = relax.BlockBuilder()
+    with bb.function("main", params):
+        with bb.dataflow():
+            out = bb.emit_output(body(*params))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+def attention(heads=4, seq=128, dim=64, axis=-1, also_return_probs=False, swap=False):
+    """scores = q @ k^T * 0.125, p = softmax(scores, axis), out = p @ v (or v^T @ p with ``swap``)."""
+    t = relax.TensorType
+    q, k, v = (relax.Var(n, t((1, heads, seq, dim), "float32")) for n in "qkv")
+
+    def body(q, k, v):
+        scores = relax.op.multiply(relax.op.matmul(q, relax.op.permute_dims(k, [0, 1, 3, 2])),
+                                   relax.const(0.125, "float32"))
+        p = relax.op.nn.softmax(scores, axis=axis)
+        out = relax.op.matmul(relax.op.permute_dims(v, [0, 1, 3, 2]), p) if swap else relax.op.matmul(p, v)
+        return relax.Tuple([out, p]) if also_return_probs else out
+    return _module([q, k, v], body)
+
+
+def norm_then_gemm(rows=197, hidden=384, columns=64):
+    t = relax.TensorType
+    x, g, b, w = relax.Var("x", t((1, rows, hidden), "float32")), relax.Var("g", t((hidden,), "float32")), \
+        relax.Var("b", t((hidden,), "float32")), relax.Var("w", t((hidden, columns), "float32"))
+    return _module([x, g, b, w], lambda x, g, b, w: relax.op.matmul(relax.op.nn.layer_norm(x, g, b, axes=[-1]), w))
+
+
+def _legalized(mod):
+    target = tvm.target.Target("tvm_ext/h100")
+    passes = []
+    from tvm.relax.backend.cuda import pipeline as cuda
+    for p in cuda.library_dispatch_passes(target) + cuda.legalize_passes(target):
+        if p.info.name == "FuseOps":
+            break
+        passes.append(p)
+    with target:
+        return tvm.transform.Sequential(passes)(mod)
+
+
+def _kinds(mod) -> list[tuple[str, list[str]]]:
+    graph = OpGraph.from_module(_legalized(mod))
+    scope = stitch_scope(graph)
+    return [(g.kind, [graph.nodes[i].func_name for i in g.nodes]) for g in scope.groups]
+
+
+def test_softmax_joins_the_gemm_that_reads_its_rows():
+    kinds = _kinds(attention())
+    prologue = [names for kind, names in kinds if kind == "prologue"]
+    assert len(prologue) == 1 and any("softmax" in n for n in prologue[0]) and \
+        sum("matmul" in n for n in prologue[0]) == 1
+    assert not any(kind == "single" and any("softmax" in n for n in names) for kind, names in kinds)
+
+
+@pytest.mark.parametrize("case", [dict(also_return_probs=True), dict(axis=-2), dict(swap=True), dict(dim=512)],
+                         ids=["probs-escape", "softmax-over-rows", "column-operand", "too-wide"])
+def test_softmax_stays_alone_without_row_locality(case):
+    kinds = _kinds(attention(**case))
+    assert all(kind != "prologue" for kind, _ in kinds), kinds
+
+
+def test_narrow_layer_norm_joins_its_gemm_and_a_wide_one_does_not():
+    assert any(kind == "prologue" for kind, _ in _kinds(norm_then_gemm(columns=64)))
+    assert all(kind != "prologue" for kind, _ in _kinds(norm_then_gemm(columns=3072)))
+
+
+def test_row_operand_read_on_a_batch_matmul():
+    legal = _legalized(attention())
+    funcs = [f for gv, f in legal.functions_items() if gv.name_hint.startswith("matmul")
+             and isinstance(f, tvm.tirx.PrimFunc)]
+    reads = [(row_operand_read(f, 0), row_operand_read(f, 1)) for f in funcs]
+    # q @ k^T reads q as rows of 64, p @ v reads p as rows of 128; the second operands are column operands
+    assert sorted((a.rows, a.row_length, a.columns) for a, _ in reads) == [(512, 64, 128), (512, 128, 64)]
+    assert all(b is None for _, b in reads)
+
+
+def _prologue_func(mod):
+    target = tvm.target.Target("tvm_ext/h100")
+    with target:
+        fused = tvm.transform.Sequential(stitch_graph_passes(target))(mod)
+    names = [k for k, v in fused.attrs[GROUPS_ATTR].items() if v == "prologue"]
+    assert len(names) == 1
+    return fused[names[0]]
+
+
+def test_tile_plan_fills_the_gpu_and_fits_shared_memory():
+    func = _prologue_func(attention(heads=12, seq=128))
+    tiles = plan_prologue_tiles(func, load_device("h100"))
+    # 12 x 128 rows: 16-row tiles give 96 blocks < 132 SMs, 8-row tiles 192
+    assert (tiles.rows_per_block, tiles.grid, tiles.shared_bytes) == (8, 192, 8 * 128 * 4)
+    assert tiles.threads_x == 32 and tiles.threads_y * tiles.threads_x <= 1024
+
+
+def test_builder_refuses_a_plain_gemm():
+    t = relax.TensorType
+    mod = _legalized(_module([relax.Var("a", t((64, 64), "float32")), relax.Var("b", t((64, 64), "float32"))],
+                             lambda a, b: relax.op.matmul(a, b)))
+    func = next(f for _, f in mod.functions_items() if isinstance(f, tvm.tirx.PrimFunc))
+    with pytest.raises(StitchScheduleError, match="row operand"):
+        build_prologue_schedule(func, load_device("h100"))
+
+
+@pytest.mark.parametrize("make", [lambda: attention(), lambda: norm_then_gemm()], ids=["attention", "norm-gemm"])
+def test_fused_graph_matches_baseline_on_cpu(make):
+    mod = make()
+    rng = np.random.default_rng(0)
+    inputs = {p.name: rng.standard_normal([int(d) for d in p.ty.shape]).astype("float32")
+              for p in mod["main"].params}
+    base = run_cpu(mod, inputs, preset="baseline")
+    ours = run_cpu(mod, inputs, preset="stitch")
+    np.testing.assert_allclose(ours[0], base[0], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.skipif(not nvcc_available(), reason="nvcc / CUDA toolkit not found")
+@pytest.mark.parametrize("make", [lambda: attention(heads=12, seq=197), lambda: norm_then_gemm()],
+                         ids=["attention-197", "norm-gemm"])
+@pytest.mark.parametrize("target_name", TARGETS)
+def test_prologue_kernel_is_one_kernel_with_shared_rows(make, target_name):
+    target = tvm.target.Target(target_name)
+    mod = make()
+    with target:
+        scheduled = tvm.transform.Sequential(stitch_graph_passes(target) + stitch_schedule_passes(target))(mod)
+        ex = tvm.compile(mod, target, relax_pipeline=preset_pipeline(STITCH, target), tir_pipeline=ttir.PIPELINE_NAME)
+    assert "stitched+gemm_prologue" in dict(scheduled.attrs[REPORT_ATTR]).values()
+    src = ex.mod.imports[0].imports[0].inspect_source()
+    fused = [line for line in src.splitlines() if "__global__" in line and "{" in line and "matmul" in line
+             and ("softmax" in line or "layer_norm" in line)]
+    assert len(fused) == 1
+    body = src[src.index(fused[0]):]
+    body = body[:body.index("\n}\n")]
+    assert "__shared__" in body and "__syncthreads()" in body and "__shfl_down_sync" in body
+    compile_cuda_source(src, target)
