@@ -244,6 +244,11 @@ class OpGraph:
     def __init__(self, nodes: Iterable[OpNode], tensors: Iterable[TensorInfo]):
         self.nodes: tuple[OpNode, ...] = tuple(nodes)
         self.tensors: dict[str, TensorInfo] = {t.name: t for t in tensors}
+        self._producers = tuple(tuple(sorted({p for p in (self.tensors[t].producer for t in n.inputs)
+                                              if p is not None})) for n in self.nodes)
+        self._consumers = tuple(tuple(sorted({c for t in n.outputs for c in self.tensors[t].consumers}))
+                                for n in self.nodes)
+        self._position: dict[int, int] | None = None
 
     @classmethod
     def from_module(cls, mod: tvm.IRModule, func_name: str = "main",
@@ -280,12 +285,11 @@ class OpGraph:
 
     def producers(self, index: int) -> list[int]:
         """Indices of the nodes producing the inputs of node ``index``."""
-        found = (self.tensors[t].producer for t in self.nodes[index].inputs)
-        return sorted({p for p in found if p is not None})
+        return list(self._producers[index])
 
     def consumers(self, index: int) -> list[int]:
         """Indices of the nodes reading the outputs of node ``index``."""
-        return sorted({c for t in self.nodes[index].outputs for c in self.tensors[t].consumers})
+        return list(self._consumers[index])
 
     def topological_order(self) -> list[int]:
         """Node indices, producers before consumers (Kahn's algorithm, stable)."""
@@ -304,16 +308,25 @@ class OpGraph:
         return order
 
     def is_convex(self, members: Iterable[int]) -> bool:
-        """True if no path leaves the node set and re-enters it."""
+        """True if no path leaves the node set and re-enters it.
+
+        Only nodes before the set's last member in topological order can lead back into it, so
+        the search stops there (linear in the span of the set, not in the graph)."""
         inside = set(members)
-        frontier = deque(c for m in inside for c in self.consumers(m) if c not in inside)
+        if not inside:
+            return True
+        if self._position is None:
+            self._position = {n: k for k, n in enumerate(self.topological_order())}
+        pos = self._position
+        last = max(pos[m] for m in inside)
+        frontier = deque(c for m in inside for c in self._consumers[m] if c not in inside and pos[c] < last)
         seen = set(frontier)
         while frontier:
             i = frontier.popleft()
-            for c in self.consumers(i):
+            for c in self._consumers[i]:
                 if c in inside:
                     return False
-                if c not in seen:
+                if c not in seen and pos[c] < last:
                     seen.add(c)
                     frontier.append(c)
         return True
