@@ -162,3 +162,19 @@ def test_prologue_kernel_is_one_kernel_with_shared_rows(make, target_name):
     body = body[:body.index("\n}\n")]
     assert "__shared__" in body and "__syncthreads()" in body and "__shfl_down_sync" in body
     compile_cuda_source(src, target)
+
+
+def test_candidates_offer_the_softmax_alone_and_inside_the_gemm():
+    from tvm_ext.stitch import plan_candidate, stitch_candidates
+    from tvm_ext.stitch.prologue_schedule import PrologueTiles
+
+    legal = _legalized(attention(heads=12))
+    graph = OpGraph.from_module(legal)
+    cands = stitch_candidates(graph)
+    kinds = {c.kind: c for c in cands}
+    assert set(kinds) == {"single", "prologue"}
+    alone, inside = kinds["single"], kinds["prologue"]
+    assert set(alone.nodes) < set(inside.nodes)
+    assert inside.saved_bytes == 2 * 12 * 128 * 128 * 4          # the probabilities' round trip
+    tiles = plan_candidate(legal, inside, load_device("h100"))
+    assert isinstance(tiles, PrologueTiles) and tiles.rows_per_block == 8

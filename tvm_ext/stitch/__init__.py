@@ -1,6 +1,8 @@
 """Operator stitching (AStitch, ASPLOS'22): memory-intensive subgraphs as one kernel.
 
 * :mod:`.scope` — which OpGraph nodes form one kernel (BFS clusters, remote stitching);
+* :mod:`.prologue` / :mod:`.prologue_schedule` — a softmax-like row reduction computed inside
+  the GEMM that reads its rows (regional scheme into a GEMM consumer) and its schedule builder;
 * :mod:`.emit` / :mod:`.relax_pass` — the Relax pass ``StitchMemoryIntensive`` and the
   preset's graph stage :func:`stitch_graph_passes`;
 * :mod:`.ops`, :mod:`.dominance`, :mod:`.locality`, :mod:`.mapping`, :mod:`.launch`,
@@ -21,6 +23,8 @@ from .launch import LaunchConfig, launch_config
 from .mapping import ThreadMapping, flat_mapping, row_mapping
 from .ops import StitchGraph, StitchOp
 from .planner import PlanOptions, Stage, StitchPlan, StitchPlanError, plan_prim_func
+from .prologue import prologue_target, row_operand_read
+from .prologue_schedule import PrologueTiles, build_prologue_schedule, plan_prologue_tiles
 from .relax_pass import GROUPS_ATTR, StitchMemoryIntensive, stitch_graph_passes, stitch_module
 from .schedule import StitchScheduleError, build_schedule, promote_workspace
 from .schedule_pass import REPORT_ATTR, ScheduleStitchedKernels, planning_device, schedule_stitched, stitch_schedule_passes
@@ -33,4 +37,5 @@ __all__ = [
     "StitchGraph", "StitchMemoryIntensive", "StitchOp", "StitchPlan", "StitchPlanError", "StitchScheduleError",
     "StitchScope", "ThreadMapping", "build_schedule", "find_dominants", "flat_mapping", "launch_config",
     "plan_prim_func", "promote_workspace", "row_mapping", "stitch_graph_passes", "stitch_module", "stitch_scope",
+    "PrologueTiles", "build_prologue_schedule", "plan_prologue_tiles", "prologue_target", "row_operand_read",
 ]

@@ -23,6 +23,7 @@ from ..graph import OpGraph
 from ..hardware import DeviceSpec
 from .emit import emit_groups
 from .planner import PlanOptions, StitchPlan, plan_prim_func
+from .prologue_schedule import PrologueTiles, plan_prologue_tiles
 from .scope import is_stitchable, stitch_scope
 
 
@@ -35,7 +36,9 @@ class StitchCandidate:
     nodes : tuple of int
         OpGraph node indices (convex), topological order.
     kind : str
-        ``"stitch"`` (several nodes) or ``"single"`` (one memory-intensive node).
+        ``"stitch"`` (several nodes), ``"single"`` (one memory-intensive node) or
+        ``"prologue"`` (a GEMM with its epilogue that also computes its row operand from a
+        row-reduction group; the group alone is a candidate too, so a selector can pick either).
     parts : int
         Independent parts joined by remote stitching.
     inputs, outputs : tuple of str
@@ -60,12 +63,19 @@ class StitchCandidate:
         return self.unfused_bytes - self.fused_bytes
 
 
-def stitch_candidates(graph: OpGraph, *, remote: bool = True, absorb_epilogues: bool = True) -> list[StitchCandidate]:
-    """Candidates from the stitch scope of ``graph`` (stitch groups and multi-block singles)."""
-    scope = stitch_scope(graph, remote=remote, absorb_epilogues=absorb_epilogues)
+def stitch_candidates(graph: OpGraph, *, remote: bool = True, absorb_epilogues: bool = True,
+                      gemm_prologues: bool = True) -> list[StitchCandidate]:
+    """Candidates from the stitch scope of ``graph``: stitch groups, multi-block singles and
+    (``gemm_prologues``) GEMMs that compute their row operand."""
+    groups = list(stitch_scope(graph, remote=remote, absorb_epilogues=absorb_epilogues,
+                               gemm_prologues=False).groups)
+    if gemm_prologues:
+        groups += [g for g in stitch_scope(graph, remote=remote, absorb_epilogues=absorb_epilogues).groups
+                   if g.kind == "prologue"]
     out = []
-    for group in scope.groups:
-        if group.kind == "epilogue" or not all(is_stitchable(graph, n) for n in group.nodes):
+    for group in groups:
+        if group.kind == "epilogue" or (group.kind != "prologue"
+                                        and not all(is_stitchable(graph, n) for n in group.nodes)):
             continue
         inputs, outputs = graph.boundary(group.nodes)
         fused = sum(graph.tensors[t].nbytes for t in inputs + outputs)
@@ -76,8 +86,9 @@ def stitch_candidates(graph: OpGraph, *, remote: bool = True, absorb_epilogues: 
 
 
 def plan_candidate(mod: tvm.IRModule, candidate: StitchCandidate, device: DeviceSpec,
-                   options: PlanOptions | None = None, func_name: str = "main") -> StitchPlan:
-    """Fuse ``candidate`` alone in ``mod`` (the legalized module its graph came from) and plan it."""
+                   options: PlanOptions | None = None, func_name: str = "main") -> StitchPlan | PrologueTiles:
+    """Fuse ``candidate`` alone in ``mod`` (the legalized module its graph came from) and plan it:
+    a :class:`StitchPlan`, or for a ``"prologue"`` candidate its :class:`PrologueTiles`."""
     name = "stitch_candidate"
     if len(candidate.nodes) > 1:
         fused_mod, given = emit_groups(mod, [candidate.nodes], func_name=func_name, names=[name])
@@ -86,6 +97,8 @@ def plan_candidate(mod: tvm.IRModule, candidate: StitchCandidate, device: Device
     else:
         graph = OpGraph.from_module(mod, func_name)
         func = graph.nodes[candidate.nodes[0]].func
+    if candidate.kind == "prologue":
+        return plan_prologue_tiles(func, device)
     return plan_prim_func(func, device, options)
 
 
