@@ -178,3 +178,20 @@ def test_candidates_offer_the_softmax_alone_and_inside_the_gemm():
     assert inside.saved_bytes == 2 * 12 * 128 * 128 * 4          # the probabilities' round trip
     tiles = plan_candidate(legal, inside, load_device("h100"))
     assert isinstance(tiles, PrologueTiles) and tiles.rows_per_block == 8
+
+
+def test_a_refused_prologue_is_reported_and_still_builds(monkeypatch):
+    """If the builder refuses a prologue group, dlight schedules it as separate kernels and the
+    report says so; the module still compiles."""
+    from tvm_ext.inspect import inspect
+    from tvm_ext.stitch import schedule_pass
+
+    def refuse(func, device):
+        raise StitchScheduleError("refused for the test")
+
+    monkeypatch.setattr(schedule_pass, "build_prologue_schedule", refuse)
+    report = inspect(attention(), "tvm_ext/h100", "stitch")
+    found = [f for f in report.fallback_ops if f.kind == "stitch_fallback"]
+    assert len(found) == 1 and "refused for the test" in found[0].reason and "softmax" in found[0].op
+    assert report.schedule_rules[found[0].op] == "Fallback"
+    assert report.kernels > 3                       # the group's blocks run as several kernels

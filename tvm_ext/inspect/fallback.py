@@ -58,7 +58,8 @@ class FallbackOp:
     op : str
         What falls back: the op or external symbol, or the PrimFunc name.
     kind : str
-        ``"not_legalized"``, ``"dlight_fallback"`` or ``"marked"``.
+        ``"not_legalized"``, ``"dlight_fallback"``, ``"dlight_rule_failed"``, ``"stitch_fallback"``
+        (a stitched group a stitch schedule builder refused) or ``"marked"``.
     reason : str
         Why, in one line.
     ops : tuple of str
@@ -76,14 +77,21 @@ class FallbackOp:
 
 
 def dlight_rules_by_func(scheduled_mod: tvm.IRModule) -> dict[str, str] | None:
-    """PrimFunc name -> the dlight rule the schedule stage applied (``"pre-scheduled"`` for
-    functions a technique scheduled itself, ``"none"`` where no rule applies), as recorded by
-    :class:`~tvm_ext.default_schedule.SafeDefaultSchedule`; ``None`` if dlight did not run."""
+    """PrimFunc name -> the dlight rule the schedule stage applied (``"none"`` where no rule
+    applies), as recorded by :class:`~tvm_ext.default_schedule.SafeDefaultSchedule`; for a
+    function a technique scheduled itself, the technique's verdict (``"stitched+gemm_prologue"``)
+    or ``"pre-scheduled"``. ``None`` if dlight did not run."""
     from ..default_schedule import RULES_ATTR
+    from ..stitch.schedule_pass import REPORT_ATTR
 
     if scheduled_mod.attrs is None or RULES_ATTR not in scheduled_mod.attrs:
         return None
-    return {str(k): str(v) for k, v in scheduled_mod.attrs[RULES_ATTR].items()}
+    rules = {str(k): str(v) for k, v in scheduled_mod.attrs[RULES_ATTR].items()}
+    if REPORT_ATTR in scheduled_mod.attrs:
+        for name, verdict in scheduled_mod.attrs[REPORT_ATTR].items():
+            if rules.get(str(name)) == "pre-scheduled" and str(verdict).startswith("stitched"):
+                rules[str(name)] = str(verdict)
+    return rules
 
 
 def dlight_failures(scheduled_mod: tvm.IRModule) -> dict[str, str]:
@@ -140,6 +148,15 @@ def find_fallbacks(graph: OpGraph, group_ops: dict[str, tuple[str, ...]],
         found.append(FallbackOp(op=name, kind="dlight_rule_failed",
                                 reason=f"TVM's dlight rule raised ({error}); scheduled by the next rule",
                                 ops=group_ops.get(name, ())))
+    from ..stitch.schedule_pass import REPORT_ATTR
+
+    if scheduled_mod.attrs is not None and REPORT_ATTR in scheduled_mod.attrs:
+        for name, verdict in sorted((str(k), str(v)) for k, v in scheduled_mod.attrs[REPORT_ATTR].items()):
+            if verdict.startswith("fallback"):
+                found.append(FallbackOp(op=name, kind="stitch_fallback",
+                                        reason=f"stitching could not schedule it ({verdict.split(':', 1)[-1].strip()});"
+                                               " scheduled by dlight as separate kernels",
+                                        ops=group_ops.get(name, ())))
     marked: dict[str, str] = {}
     for mod in (graph_mod, scheduled_mod):
         for gv, func in mod.functions_items():
