@@ -337,7 +337,14 @@ def stitch_scope(graph: OpGraph, *, absorb_epilogues: bool = True, absorb_layout
                 gid = pg
 
     if remote:
-        _remote_stitch(graph, clusters, limit)
+        # a group that will be computed inside its GEMM is not merged with unrelated groups
+        keep: set[int] = set()
+        if gemm_prologues:
+            for gid, members in clusters.members.items():
+                target = prologue_target(graph, members)
+                if target is not None and is_compute_intensive(graph, target):
+                    keep.add(gid)
+        _remote_stitch(graph, clusters, limit, keep)
 
     groups: list[ScopeGroup] = []
     for nodes in epilogues:
@@ -386,14 +393,15 @@ def _absorb_row_prologues(graph: OpGraph, groups: list[ScopeGroup], order: list[
     return out
 
 
-def _remote_stitch(graph: OpGraph, clusters: _Clusters, limit: int) -> None:
-    """Greedily merge groups that have no path between them (paper: remote stitching)."""
+def _remote_stitch(graph: OpGraph, clusters: _Clusters, limit: int, keep: set[int] = frozenset()) -> None:
+    """Greedily merge groups that have no path between them (paper: remote stitching); groups
+    in ``keep`` stay as they are."""
     position = {n: k for k, n in enumerate(graph.topological_order())}
 
     def first(gid: int) -> int:
         return min(position[n] for n in clusters.members[gid])
 
-    gids = sorted(clusters.members, key=first)
+    gids = sorted((g for g in clusters.members if g not in keep), key=first)
     reach = {g: _reach(graph, clusters.members[g]) for g in gids}
     alive = list(gids)
     k = 0
