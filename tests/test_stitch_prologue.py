@@ -195,3 +195,22 @@ def test_a_refused_prologue_is_reported_and_still_builds(monkeypatch):
     assert len(found) == 1 and "refused for the test" in found[0].reason and "softmax" in found[0].op
     assert report.schedule_rules[found[0].op] == "Fallback"
     assert report.kernels > 3                       # the group's blocks run as several kernels
+
+
+def test_remote_stitching_leaves_the_prologue_alone():
+    """An independent layer norm could be remote-stitched with the softmax; the softmax goes
+    into its GEMM instead and the norm stays its own group."""
+    t = relax.TensorType
+    q, k, v = (relax.Var(n, t((1, 4, 128, 64), "float32")) for n in "qkv")
+    x, g, b = relax.Var("x", t((128, 256), "float32")), relax.Var("g", t((256,), "float32")), \
+        relax.Var("b", t((256,), "float32"))
+
+    def body(q, k, v, x, g, b):
+        p = relax.op.nn.softmax(relax.op.matmul(q, relax.op.permute_dims(k, [0, 1, 3, 2])), axis=-1)
+        return relax.Tuple([relax.op.matmul(p, v), relax.op.nn.layer_norm(x, g, b, axes=[-1])])
+
+    kinds = _kinds(_module([q, k, v, x, g, b], body))
+    assert [names for kind, names in kinds if kind == "prologue"]
+    assert ("single", ["layer_norm"]) in kinds
+    assert stitch_scope(OpGraph.from_module(_legalized(_module([q, k, v, x, g, b], body))),
+                        gemm_prologues=False).stitched            # without prologues the two are remote-stitched
