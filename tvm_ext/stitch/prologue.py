@@ -18,9 +18,11 @@ a tensor of ``P``'s shape; and ``BM_MIN`` rows of ``P`` fit the shared-memory bu
 
 Example
 -------
->>> merged = absorb_row_prologues(graph, groups)
->>> [g.kind for g in merged if g.kind == "prologue"][:1]
-['prologue']
+>>> softmax = graph.node("lv39").index                     # the attention probabilities
+>>> graph.nodes[prologue_target(graph, {softmax})].func_name
+'fused_matmul2_transpose2_reshape3'
+>>> [g.kind for g in stitch_scope(graph).groups].count("prologue")
+1
 """
 from __future__ import annotations
 
