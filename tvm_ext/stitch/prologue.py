@@ -18,9 +18,9 @@ a tensor of ``P``'s shape; and ``BM_MIN`` rows of ``P`` fit the shared-memory bu
 
 Example
 -------
->>> softmax = graph.node("lv39").index                     # the attention probabilities
+>>> softmax = graph.node("lv39").index        # BERT-base, legalized: the attention softmax
 >>> graph.nodes[prologue_target(graph, {softmax})].func_name
-'fused_matmul2_transpose2_reshape3'
+'matmul2'
 >>> [g.kind for g in stitch_scope(graph).groups].count("prologue")
 1
 """
