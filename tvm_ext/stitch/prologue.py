@@ -21,8 +21,8 @@ Example
 >>> softmax = graph.node("lv39").index        # BERT-base, legalized: the attention softmax
 >>> graph.nodes[prologue_target(graph, {softmax})].func_name
 'matmul2'
->>> [g.kind for g in stitch_scope(graph).groups].count("prologue")
-1
+>>> [g.kind for g in stitch_scope(graph).groups].count("prologue")     # one per layer
+12
 """
 from __future__ import annotations
 
