@@ -1,14 +1,18 @@
 #!/usr/bin/env python3
-"""Generate every stitched kernel of some models and compile it with nvcc (no GPU needed).
+"""Check every stitched kernel of some models: nvcc compiles it, and it computes what the
+unscheduled function computes when its threads run one after another on the CPU (no GPU needed).
 
 For each model the ``stitch`` preset's graph and schedule stages run for each target; the
 PrimFuncs the schedule stage stitched (report ``"stitched..."``) are code-generated together
-and the CUDA is compiled with nvcc for the target's arch. Fallbacks are listed too::
+and the CUDA is compiled with nvcc for the target's arch; each is also run thread-serialized on
+the CPU against its unscheduled form (:mod:`tvm_ext.testing.thread_serial`, skip with
+``--no-cpu``). Fallbacks are listed too::
 
     python3 scripts/stitch_kernel_check.py                                # every skeleton, sm_80 + sm_90
     python3 scripts/stitch_kernel_check.py vit_b16_b1_fp32 --targets tvm_ext/h100
 
-Exit status: 0 if every model's stitched kernels compile and none fell back, 1 otherwise.
+Exit status: 0 if every model's stitched kernels compile, match on the CPU and none fell back,
+1 otherwise.
 """
 from __future__ import annotations
 
@@ -28,17 +32,20 @@ from tvm_ext.frontend import from_onnx  # noqa: E402
 from tvm_ext.inspect.kernel_check import compile_cuda_source  # noqa: E402
 from tvm_ext.models.skeleton import SKELETON_DIR, load_model  # noqa: E402
 from tvm_ext.stitch import REPORT_ATTR, stitch_graph_passes, stitch_schedule_passes  # noqa: E402
+from tvm_ext.testing.thread_serial import compare_scheduled  # noqa: E402
 from tvm_ext.tir import PIPELINE_NAME  # noqa: E402
 
 log = logging.getLogger("stitch_kernel_check")
 
 
-def check_model(path: Path, target_name: str) -> dict:
-    """Stitch ``path`` for ``target_name`` and nvcc-compile its stitched kernels."""
+def check_model(path: Path, target_name: str, cpu: bool = True) -> dict:
+    """Stitch ``path`` for ``target_name``, nvcc-compile its stitched kernels and (``cpu``) run
+    each thread-serialized against its unscheduled form."""
     target = tvm.target.Target(target_name)
     mod = from_onnx(load_model(path))
     with target:
-        scheduled = tvm.transform.Sequential(stitch_graph_passes(target) + stitch_schedule_passes(target))(mod)
+        fused = tvm.transform.Sequential(stitch_graph_passes(target))(mod)
+        scheduled = tvm.transform.Sequential(stitch_schedule_passes(target))(fused)
     report = {str(k): str(v) for k, v in scheduled.attrs[REPORT_ATTR].items()} \
         if scheduled.attrs is not None and REPORT_ATTR in scheduled.attrs else {}
     ours = {name: scheduled[name].with_attr("global_symbol", name)
@@ -51,7 +58,11 @@ def check_model(path: Path, target_name: str) -> dict:
             lib = tvm.tirx.build(tvm.IRModule(ours), target=target, pipeline=PIPELINE_NAME)
         result = compile_cuda_source(lib.imports[0].inspect_source(), target)
         row.update(arch=result.arch, nvcc_seconds=round(result.seconds, 1), cubin_bytes=result.binary_bytes)
-    row["ok"] = not row["fallbacks"]
+    if cpu:
+        checks = {name: compare_scheduled(fused[name], scheduled[name]) for name in ours}
+        row["cpu_mismatch"] = sorted(name for name, c in checks.items() if not c.ok)
+        row["cpu_max_abs_err"] = max((c.max_abs_err for c in checks.values()), default=0.0)
+    row["ok"] = not row["fallbacks"] and not row.get("cpu_mismatch")
     return row
 
 
@@ -60,6 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("models", nargs="*", help="skeleton names or ONNX paths (default: every skeleton)")
     parser.add_argument("--targets", nargs="+", default=["tvm_ext/a100", "tvm_ext/h100"])
     parser.add_argument("--json", type=Path, default=None, help="append one JSON line per model and target")
+    parser.add_argument("--no-cpu", action="store_true", help="skip the thread-serialized CPU comparison")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     paths = [Path(m) if m.endswith(".onnx") else SKELETON_DIR / f"{m}.onnx" for m in args.models] \
@@ -69,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
         for target_name in args.targets:
             start = time.perf_counter()
             try:
-                row = check_model(path, target_name)
+                row = check_model(path, target_name, cpu=not args.no_cpu)
             except TvmExtError as err:
                 row = {"model": path.stem, "target": target_name, "ok": False, "error": f"{type(err).__name__}: {err}"}
             row["seconds"] = round(time.perf_counter() - start, 1)
@@ -79,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
                 args.json.parent.mkdir(parents=True, exist_ok=True)
                 with args.json.open("a") as fh:
                     fh.write(json.dumps(row) + "\n")
-    log.info("%d of %d model/target pairs compile with no fallback", len(paths) * len(args.targets) - failed,
+    log.info("%d of %d model/target pairs pass (nvcc, no fallback, CPU numerics)", len(paths) * len(args.targets) - failed,
              len(paths) * len(args.targets))
     return 1 if failed else 0
 

@@ -75,6 +75,7 @@ class SafeDefaultSchedule:
                 updates[gv] = sch.mod["main"].with_attr("tirx.is_scheduled", True)
                 applied[gv.name_hint] = type(rule).__name__
                 break
+        mod = mod.clone()  # never mutate the caller's module
         for gv, func in updates.items():
             mod[gv] = func
         mod = mod.with_attr(RULES_ATTR, applied)

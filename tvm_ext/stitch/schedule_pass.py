@@ -105,6 +105,7 @@ def schedule_stitched(mod: tvm.IRModule, device: DeviceSpec, options: PlanOption
     report: dict[str, str] = {}
     workspaces: dict[str, list] = {}
     stitched = _stitched_names(mod)
+    mod = mod.clone()  # never mutate the caller's module
     for gv, func in list(mod.functions_items()):
         name = gv.name_hint
         if not isinstance(func, tirx.PrimFunc) or name not in stitched:

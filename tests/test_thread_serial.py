@@ -1,0 +1,87 @@
+"""Stitched kernels, threads serialized, against their unscheduled functions on the CPU.
+
+Covers each scheme: regional (layer norm, softmax), global with grid barriers (the paper's
+Figure 7 graph, squeeze-excitation), task splitting (few long rows) and the GEMM prologue,
+including a partial last row tile (197 rows). A corrupted schedule must fail the check.
+"""
+from __future__ import annotations
+
+import pytest
+import tvm
+import tvm_ffi
+from tvm import tirx
+
+from test_stitch_kernels import figure7_module, layer_norm_module, long_rows_module, softmax_module, \
+    squeeze_excite_module
+from test_stitch_prologue import attention, norm_then_gemm
+from tvm_ext.stitch import stitch_graph_passes
+from tvm_ext.stitch.schedule_pass import planning_device, schedule_stitched
+from tvm_ext.testing.thread_serial import compare_scheduled, serialize_threads
+from tvm_ext.tir import has_grid_sync
+
+TARGET = "tvm_ext/h100"
+CASES = {
+    "layer_norm": (layer_norm_module, "stitched"),
+    "softmax": (softmax_module, "stitched"),
+    "figure7": (figure7_module, "stitched+grid_sync"),
+    "squeeze_excite": (squeeze_excite_module, "stitched+grid_sync"),
+    "long_rows": (long_rows_module, "stitched+grid_sync"),
+    "attention_197": (lambda: attention(heads=12, seq=197), "stitched+gemm_prologue"),
+    "norm_gemm": (norm_then_gemm, "stitched+gemm_prologue"),
+}
+
+
+def _stages(make):
+    target = tvm.target.Target(TARGET)
+    with target:
+        fused = tvm.transform.Sequential(stitch_graph_passes(target))(make())
+        scheduled, report = schedule_stitched(fused, planning_device(target))
+    return fused, scheduled, report
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_serialized_kernel_matches_unscheduled(case):
+    make, verdict = CASES[case]
+    fused, scheduled, report = _stages(make)
+    names = [n for n, v in report.items() if v == verdict]
+    assert names, report
+    for name in names:
+        check = compare_scheduled(fused[name], scheduled[name])
+        assert check.ok, (name, check)
+
+
+def test_grid_barriers_become_stage_loops():
+    _, scheduled, report = _stages(figure7_module)
+    name = next(n for n, v in report.items() if v == "stitched+grid_sync")
+    assert has_grid_sync(scheduled[name])
+    serial = serialize_threads(scheduled[name])
+    assert not has_grid_sync(serial)
+    loops: list = []
+    tvm_ffi.structural_walk(serial.body, (tirx.For, loops.append))
+    assert all(lp.thread_binding is None for lp in loops)
+
+
+def test_a_corrupted_schedule_fails_the_check():
+    fused, scheduled, report = _stages(lambda: attention(heads=12, seq=197))
+    name = next(n for n, v in report.items() if v == "stitched+gemm_prologue")
+    shrunk = []
+
+    def on_for(loop, mutator):
+        new = mutator.default_mutate(loop)
+        if not shrunk and new.thread_binding is not None and str(new.thread_binding.thread_tag) == "blockIdx.x":
+            shrunk.append(True)
+            return tirx.For(new.loop_var, new.min, new.extent - 1, new.kind, new.body, new.thread_binding,
+                            new.annotations)
+        return new
+
+    broken = scheduled[name].with_body(tvm_ffi.structural_mutate(scheduled[name].body, (tirx.For, on_for)))
+    assert shrunk and not compare_scheduled(fused[name], broken).ok      # the last row tile is never computed
+
+
+def test_schedule_stage_leaves_its_input_alone():
+    target = tvm.target.Target(TARGET)
+    with target:
+        fused = tvm.transform.Sequential(stitch_graph_passes(target))(layer_norm_module())
+        before = {gv.name_hint: tvm_ffi.structural_hash(f) for gv, f in fused.functions_items()}
+        schedule_stitched(fused, planning_device(target))
+    assert {gv.name_hint: tvm_ffi.structural_hash(f) for gv, f in fused.functions_items()} == before

@@ -1,0 +1,178 @@
+"""Check a GPU-scheduled PrimFunc's numerics on the CPU by running its threads one after another.
+
+A kernel scheduled with ``s_tir.Schedule`` keeps block semantics until lowering: a reduction
+whose loop is bound to ``threadIdx.x`` is still a reduction, a ``compute_at`` block still
+computes exactly its region, predicates of partial tiles are explicit. Turning every
+thread-bound loop into a serial loop therefore gives a CPU program that computes what the
+kernel computes, which catches wrong regions, predicates, inlined index maps and tile sizes.
+A kernel with grid barriers (global scheme) is split at each barrier into one serial block
+loop per stage, which is what the barrier guarantees on the GPU.
+
+What it cannot see: data races and missing ``__syncthreads`` (TVM inserts those when it
+lowers), warp-shuffle and cooperative-launch behaviour. Those need a GPU.
+
+Example
+-------
+>>> check = compare_scheduled(fused_func, scheduled_func)
+>>> check.ok, check.max_abs_err
+(True, 0.0)
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import tvm
+import tvm_ffi
+from tvm import tirx
+
+from ..errors import TvmExtError
+from ..tir import has_grid_sync
+
+
+def _is_block_loop(node) -> bool:
+    return (isinstance(node, tirx.For) and node.thread_binding is not None
+            and str(node.thread_binding.thread_tag).startswith("blockIdx"))
+
+
+def _is_grid_sync(stmt) -> bool:
+    return isinstance(stmt, tirx.Evaluate) and has_grid_sync(stmt)
+
+
+def _rename_loop(loop: tirx.For, body) -> tirx.For:
+    fresh = tvm.ir.Var(loop.loop_var.name, loop.loop_var.ty)
+    old = loop.loop_var
+
+    def on_var(var, mutator):
+        return fresh if var.same_as(old) else var
+
+    return tirx.For(fresh, loop.min, loop.extent, tirx.ForKind.SERIAL,
+                    tvm_ffi.structural_mutate(body, (tvm.ir.Var, on_var)))
+
+
+def _split_stages(loop: tirx.For):
+    """A block loop whose body is a stage sequence with grid barriers -> one loop per stage."""
+    body = loop.body
+    if not isinstance(body, tirx.SeqStmt):
+        raise TvmExtError("a grid barrier below a block loop that is not a stage sequence")
+    stages, current = [], []
+    for stmt in body.seq:
+        if _is_grid_sync(stmt):
+            stages.append(current)
+            current = []
+        elif has_grid_sync(stmt):
+            raise TvmExtError("a grid barrier nested inside a stage cannot be run serially")
+        else:
+            current.append(stmt)
+    stages.append(current)
+    loops = [_rename_loop(loop, tirx.SeqStmt(s) if len(s) > 1 else s[0]) for s in stages if s]
+    return tirx.SeqStmt(loops) if len(loops) > 1 else loops[0]
+
+
+def _scopes_to_global(body):
+    """Shared and local allocations become global ones (one thread of execution, and the CPU
+    backend only places small register-scope buffers on the stack)."""
+    swap: dict = {}
+
+    def on_block(block) -> None:
+        for buf in block.alloc_buffers:
+            scope = str(getattr(buf.ty, "storage_scope", "") or "global")
+            if scope != "global":
+                swap[buf] = tirx.decl_buffer(buf.ty.shape, str(buf.ty.dtype), buf.name, scope="global")
+
+    tvm_ffi.structural_walk(body, (tvm.s_tir.SBlock, on_block))
+    if not swap:
+        return body
+
+    def on_var(var, mutator):
+        return swap.get(var, var)
+
+    return tvm_ffi.structural_mutate(body, (tvm.ir.Var, on_var))
+
+
+def serialize_threads(func: tirx.PrimFunc) -> tirx.PrimFunc:
+    """``func`` with every thread-bound loop made serial and grid barriers turned into stage
+    boundaries (see the module docstring); builds for ``llvm``.
+
+    Raises
+    ------
+    TvmExtError
+        A grid barrier sits somewhere other than between the stages of a block loop.
+    """
+    def on_for(loop, mutator):
+        new = mutator.default_mutate(loop)
+        if new.thread_binding is None:
+            return new
+        if _is_block_loop(new) and has_grid_sync(new.body):
+            return _split_stages(new)
+        return tirx.For(new.loop_var, new.min, new.extent, tirx.ForKind.SERIAL, new.body)
+
+    body = _scopes_to_global(tvm_ffi.structural_mutate(func.body, (tirx.For, on_for)))
+    out = func.with_body(body)
+    return out.without_attr("tirx.is_scheduled") if out.attrs is not None and "tirx.is_scheduled" in out.attrs \
+        else out
+
+
+@dataclass(frozen=True)
+class KernelCheck:
+    """Scheduled kernel (threads serialized) against the unscheduled function, on one input set."""
+
+    ok: bool
+    max_abs_err: float
+    outputs: int
+
+
+def _random_args(func: tirx.PrimFunc, count: int, rng: np.random.Generator) -> list[np.ndarray]:
+    args = []
+    for p in list(func.params)[:count]:
+        shape = [int(d) for d in p.ty.shape]
+        dtype = np.dtype(str(p.ty.dtype))
+        if dtype.kind == "f":
+            args.append(rng.standard_normal(shape).astype(dtype))
+        elif dtype.kind in "iu":
+            args.append(rng.integers(0, 2, size=shape).astype(dtype))
+        elif dtype.kind == "b":
+            args.append(rng.random(shape) < 0.5)
+        else:
+            raise TvmExtError(f"no random data for parameter '{p.name}' of dtype {dtype}")
+    return args
+
+
+def _run(func: tirx.PrimFunc, args: list[np.ndarray]) -> list[np.ndarray]:
+    lib = tvm.tirx.build(tvm.IRModule({"main": func.with_attr("global_symbol", "main")}),
+                         target=tvm.target.Target({"kind": "llvm"}))
+    tensors = [tvm.runtime.tensor(a) for a in args]
+    lib(*tensors)
+    return [t.numpy() for t in tensors]
+
+
+def compare_scheduled(reference: tirx.PrimFunc, scheduled: tirx.PrimFunc, *, inputs: int | None = None,
+                      seed: int = 0, rtol: float = 1e-4, atol: float = 1e-5) -> KernelCheck:
+    """Run ``reference`` (the unscheduled function) and ``scheduled`` (threads serialized) on the
+    CPU with the same random inputs and compare every output parameter.
+
+    Parameters
+    ----------
+    reference, scheduled : PrimFunc
+        Same leading parameters; ``scheduled`` may have extra trailing ones (promoted workspaces,
+        zero-filled, not compared).
+    inputs : int, optional
+        How many leading parameters are inputs (default: all but the reference's last).
+    """
+    n_ref = len(reference.params)
+    n_in = n_ref - 1 if inputs is None else inputs
+    rng = np.random.default_rng(seed)
+    args = _random_args(reference, n_in, rng)
+    outs = [np.zeros([int(d) for d in p.ty.shape], dtype=str(p.ty.dtype)) for p in list(reference.params)[n_in:]]
+    extra = [np.zeros([int(d) for d in p.ty.shape], dtype=str(p.ty.dtype)) for p in list(scheduled.params)[n_ref:]]
+    expected = _run(reference, args + [o.copy() for o in outs])[n_in:]
+    got = _run(serialize_threads(scheduled), args + [o.copy() for o in outs] + extra)[n_in:n_ref]
+    worst, ok = 0.0, True
+    for e, g in zip(expected, got):
+        e64, g64 = e.astype(np.float64), g.astype(np.float64)
+        worst = max(worst, float(np.max(np.abs(e64 - g64))) if e.size else 0.0)
+        ok = ok and bool(np.allclose(g64, e64, rtol=rtol, atol=atol, equal_nan=True))
+    return KernelCheck(ok, worst, len(expected))
+
+
+__all__ = ["KernelCheck", "compare_scheduled", "serialize_threads"]
