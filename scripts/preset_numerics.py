@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tvm_ext.errors import TvmExtError  # noqa: E402
 from tvm_ext.frontend import from_onnx, random_inputs  # noqa: E402
-from tvm_ext.models.skeleton import SKELETON_DIR, load_model  # noqa: E402
+from tvm_ext.models.skeleton import load_model, resolve_models  # noqa: E402
 from tvm_ext.testing.compare import compare_outputs  # noqa: E402
 from tvm_ext.testing.oracle import FP32_TOLERANCE, build_cpu, run_cpu  # noqa: E402
 
@@ -52,6 +52,15 @@ def compare_model(path: Path, presets: tuple[str, str], seed: int = 0) -> dict:
             "outputs": len(errors), "seconds": seconds}
 
 
+def report_row(row: dict, json_path: Path | None) -> None:
+    """Log ``row`` as JSON and append it to ``json_path`` (one JSON object per line)."""
+    log.info("%s", json.dumps(row))
+    if json_path is not None:
+        json_path.parent.mkdir(parents=True, exist_ok=True)
+        with json_path.open("a") as fh:
+            fh.write(json.dumps(row) + "\n")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("models", nargs="*", help="skeleton names or ONNX paths (default: every skeleton)")
@@ -60,11 +69,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, default=None, help="append one JSON line per model here")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    paths = [Path(m) if m.endswith(".onnx") else SKELETON_DIR / f"{m}.onnx" for m in args.models] \
-        or sorted(SKELETON_DIR.glob("*.onnx"))
-    missing = [str(p) for p in paths if not p.exists()]
-    if missing:
-        parser.error(f"no such model: {', '.join(missing)}")
+    try:
+        paths = resolve_models(args.models)
+    except TvmExtError as err:
+        parser.error(str(err))
     failed = 0
     for path in paths:
         try:
@@ -72,11 +80,7 @@ def main(argv: list[str] | None = None) -> int:
         except TvmExtError as err:
             row = {"model": path.stem, "ok": False, "error": f"{type(err).__name__}: {err}"}
         failed += not row["ok"]
-        log.info("%s", json.dumps(row))
-        if args.json:
-            args.json.parent.mkdir(parents=True, exist_ok=True)
-            with args.json.open("a") as fh:
-                fh.write(json.dumps(row) + "\n")
+        report_row(row, args.json)
     log.info("%d of %d models match (%s vs %s)", len(paths) - failed, len(paths), *reversed(args.presets))
     return 1 if failed else 0
 

@@ -30,9 +30,10 @@ import tvm  # noqa: E402
 from tvm_ext.errors import TvmExtError  # noqa: E402
 from tvm_ext.frontend import from_onnx  # noqa: E402
 from tvm_ext.inspect.kernel_check import compile_cuda_source  # noqa: E402
-from tvm_ext.models.skeleton import SKELETON_DIR, load_model  # noqa: E402
+from tvm_ext.models.skeleton import load_model, resolve_models  # noqa: E402
 from tvm_ext.stitch import REPORT_ATTR, stitch_graph_passes, stitch_schedule_passes  # noqa: E402
 from tvm_ext.testing.thread_serial import compare_scheduled  # noqa: E402
+from preset_numerics import report_row  # noqa: E402  (one JSON line per row, as preset_numerics writes)
 from tvm_ext.tir import PIPELINE_NAME  # noqa: E402
 
 log = logging.getLogger("stitch_kernel_check")
@@ -74,8 +75,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-cpu", action="store_true", help="skip the thread-serialized CPU comparison")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    paths = [Path(m) if m.endswith(".onnx") else SKELETON_DIR / f"{m}.onnx" for m in args.models] \
-        or sorted(SKELETON_DIR.glob("*.onnx"))
+    try:
+        paths = resolve_models(args.models)
+    except TvmExtError as err:
+        parser.error(str(err))
     failed = 0
     for path in paths:
         for target_name in args.targets:
@@ -86,11 +89,7 @@ def main(argv: list[str] | None = None) -> int:
                 row = {"model": path.stem, "target": target_name, "ok": False, "error": f"{type(err).__name__}: {err}"}
             row["seconds"] = round(time.perf_counter() - start, 1)
             failed += not row["ok"]
-            log.info("%s", json.dumps(row))
-            if args.json:
-                args.json.parent.mkdir(parents=True, exist_ok=True)
-                with args.json.open("a") as fh:
-                    fh.write(json.dumps(row) + "\n")
+            report_row(row, args.json)
     log.info("%d of %d model/target pairs pass (nvcc, no fallback, CPU numerics)", len(paths) * len(args.targets) - failed,
              len(paths) * len(args.targets))
     return 1 if failed else 0

@@ -225,3 +225,14 @@ def test_committed_skeleton_tvm_matches_onnxruntime(name, llvm_target):
         np.testing.assert_allclose(g, e, rtol=1e-3, atol=1e-4)
     flat = np.concatenate([e.ravel() for e in expected])
     assert np.isfinite(flat).all() and flat.std() > 1e-3
+
+
+def test_resolve_models_names_paths_and_missing(tmp_path):
+    from tvm_ext.errors import ModelLoadError
+    from tvm_ext.models.skeleton import SKELETON_DIR, resolve_models
+
+    every = resolve_models([])
+    assert every == sorted(SKELETON_DIR.glob("*.onnx")) and len(every) >= 19
+    assert resolve_models(["resnet50_b1_fp32"]) == [SKELETON_DIR / "resnet50_b1_fp32.onnx"]
+    with pytest.raises(ModelLoadError, match="nosuch_model.*missing.onnx"):
+        resolve_models(["nosuch_model", str(tmp_path / "missing.onnx")])

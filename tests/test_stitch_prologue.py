@@ -24,17 +24,10 @@ from tvm_ext.stitch.schedule import StitchScheduleError
 from tvm_ext.stitch.scope import stitch_scope
 from tvm_ext.testing.oracle import run_cpu
 
+from test_stitch_kernels import _module
+
 STITCH = Preset("stitch", "test preset", ("stitch",), graph=stitch_graph_passes, schedule=stitch_schedule_passes)
 TARGETS = ["tvm_ext/a100", "tvm_ext/h100"]
-
-
-def _module(params, body) -> tvm.IRModule:
-    bb = relax.BlockBuilder()
-    with bb.function("main", params):
-        with bb.dataflow():
-            out = bb.emit_output(body(*params))
-        bb.emit_func_output(out)
-    return bb.get()
 
 
 def attention(heads=4, seq=128, dim=64, axis=-1, also_return_probs=False, swap=False):

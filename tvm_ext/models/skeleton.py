@@ -192,5 +192,22 @@ def load_model(path: str | Path, seed: int = 0) -> onnx.ModelProto:
     return fill_skeleton(model, seed=seed) if is_skeleton(model) else model
 
 
+def resolve_models(names: list[str]) -> list[Path]:
+    """Model files for command-line names: an ONNX path as given, otherwise a skeleton name
+    (``resnet50_b1_fp32``); no names means every committed skeleton.
+
+    Raises
+    ------
+    ModelLoadError
+        Naming every file that does not exist.
+    """
+    paths = [Path(n) if n.endswith(".onnx") else SKELETON_DIR / f"{n}.onnx" for n in names] \
+        or sorted(SKELETON_DIR.glob("*.onnx"))
+    missing = [str(p) for p in paths if not p.is_file()]
+    if missing:
+        raise ModelLoadError(f"no such model: {', '.join(missing)}")
+    return paths
+
+
 __all__ = ["METADATA_KEY", "SKELETON_DIR", "SkeletonError", "fill_skeleton", "is_skeleton", "load_model",
-           "make_skeleton"]
+           "make_skeleton", "resolve_models"]
