@@ -25,6 +25,7 @@ from tvm import relax
 from ..graph import OpGraph
 from .emit import StitchEmitError, call_bindings, emit_groups
 from .scope import StitchScope, is_stitchable, stitch_scope
+from .split_slices import SplitToSlices
 
 logger = logging.getLogger(__name__)
 
@@ -117,14 +118,15 @@ class StitchMemoryIntensive:
 def stitch_graph_passes(target: tvm.target.Target | None = None) -> list:
     """The whole graph stage of the ``stitch`` preset (what replaces the baseline's graph passes).
 
-    The baseline's passes (TVM 0.27's CUDA library dispatch and legalization, without the dlight
-    step) with :class:`StitchMemoryIntensive` in place of ``FuseOps``; ``FuseTIR`` follows. The
-    result is target independent and builds for ``llvm``.
+    :class:`~tvm_ext.stitch.split_slices.SplitToSlices`, then the baseline's passes (TVM 0.27's
+    CUDA library dispatch and legalization, without the dlight step) with
+    :class:`StitchMemoryIntensive` in place of ``FuseOps``; ``FuseTIR`` follows. The result is
+    target independent and builds for ``llvm``.
     """
     from tvm.relax.backend.cuda import pipeline as cuda
 
     tgt = target if target is not None else tvm.target.Target({"kind": "cuda", "arch": "sm_90"})
-    passes: list = []
+    passes: list = [SplitToSlices()]
     for p in cuda.library_dispatch_passes(tgt) + cuda.legalize_passes(tgt):
         name = p.info.name
         if name == "ApplyDefaultSchedule":

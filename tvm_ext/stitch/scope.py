@@ -185,10 +185,15 @@ def _epilogue_chain(graph: OpGraph, index: int, taken: set[int], position: dict[
 
 
 def _is_layout(graph: OpGraph, index: int) -> bool:
-    """A pure data-movement node (reshape, transpose, ...): one tensor in, one out, and a single
-    block that stores a single load (a resize, which interpolates, does not qualify)."""
+    """A pure data-movement node (reshape, transpose, slice, ...): one tensor in, one out, and a
+    single block that stores a single load (a resize, which interpolates, does not qualify). A
+    slice from offset 0 is classified elementwise and counts; a same-shape copy (a no-op cast)
+    does not: it stays with the memory-intensive op it follows."""
     node = graph.nodes[index]
-    if node.func is None or node.op_class != OpClass.INJECTIVE or len(node.outputs) != 1 or len(set(node.inputs)) != 1:
+    if node.func is None or len(node.outputs) != 1 or len(set(node.inputs)) != 1:
+        return False
+    sliced = graph.tensors[node.outputs[0]].shape != graph.tensors[node.inputs[0]].shape
+    if not (node.op_class == OpClass.INJECTIVE or (node.op_class == OpClass.ELEMENTWISE and sliced)):
         return False
     blocks = sblocks(node.func)
     if len(blocks) != 1:
