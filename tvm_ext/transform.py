@@ -8,7 +8,9 @@ Example
 from __future__ import annotations
 
 from .stitch.relax_pass import StitchMemoryIntensive
+from .stitch.split_slices import SplitToSlices
 from .tir.grid_sync import InsertGridSync
 from .tir.launch_params import AnnotateCooperativeLaunch, ApplyLaunchBounds
 
-__all__ = ["AnnotateCooperativeLaunch", "ApplyLaunchBounds", "InsertGridSync", "StitchMemoryIntensive"]
+__all__ = ["AnnotateCooperativeLaunch", "ApplyLaunchBounds", "InsertGridSync", "SplitToSlices",
+           "StitchMemoryIntensive"]

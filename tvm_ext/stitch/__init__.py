@@ -4,7 +4,8 @@
 * :mod:`.prologue` / :mod:`.prologue_schedule` — a softmax-like row reduction computed inside
   the GEMM that reads its rows (regional scheme into a GEMM consumer) and its schedule builder;
 * :mod:`.emit` / :mod:`.relax_pass` — the Relax pass ``StitchMemoryIntensive`` and the
-  preset's graph stage :func:`stitch_graph_passes`;
+  preset's graph stage :func:`stitch_graph_passes`; :mod:`.split_slices` — ``SplitToSlices``,
+  which turns a split read part by part into slices the GEMMs read through;
 * :mod:`.ops`, :mod:`.dominance`, :mod:`.locality`, :mod:`.mapping`, :mod:`.launch`,
   :mod:`.planner` — the planner (dominants, groups, thread mapping, schemes, launch);
 * :mod:`.schedule` / :mod:`.schedule_pass` — plan to TIR and the preset's schedule stage
@@ -29,6 +30,7 @@ from .relax_pass import GROUPS_ATTR, StitchMemoryIntensive, stitch_graph_passes,
 from .schedule import StitchScheduleError, build_schedule, promote_workspace
 from .schedule_pass import REPORT_ATTR, ScheduleStitchedKernels, planning_device, schedule_stitched, stitch_schedule_passes
 from .scope import STITCH_CLASSES, ScopeGroup, StitchScope, stitch_scope
+from .split_slices import SplitToSlices, split_to_slices
 
 __all__ = [
     "Dominance", "GROUPS_ATTR", "KernelCounts", "SafeDefaultSchedule", "StitchCandidate", "count_kernels",
@@ -38,4 +40,5 @@ __all__ = [
     "StitchScope", "ThreadMapping", "build_schedule", "find_dominants", "flat_mapping", "launch_config",
     "plan_prim_func", "promote_workspace", "row_mapping", "stitch_graph_passes", "stitch_module", "stitch_scope",
     "PrologueTiles", "build_prologue_schedule", "plan_prologue_tiles", "prologue_target", "row_operand_read",
+    "SplitToSlices", "split_to_slices",
 ]
