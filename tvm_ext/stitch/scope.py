@@ -1,10 +1,11 @@
 """Stitch scope (AStitch §4.1): which OpGraph nodes become one kernel.
 
-1. *Epilogues.* A compute node (matmul, conv) keeps the chain of elementwise / broadcast
-   consumers TVM's ``FuseOps`` would give it (bias add, activation, residual add), so
-   compute kernels stay as in the baseline and those ops do not count as stitched work.
-   It also takes the layout nodes (reshape, transpose) that only feed it or only follow its
-   epilogue: dlight's matmul schedule reads and writes through them.
+1. *Epilogues* (:mod:`tvm_ext.stitch.compute_groups`). A compute node (matmul, conv) keeps
+   the chain of elementwise / broadcast consumers TVM's ``FuseOps`` would give it (bias add,
+   activation, residual add), so compute kernels stay as in the baseline and those ops do not
+   count as stitched work. It also takes the layout nodes (reshape, transpose, slice) that
+   only feed it or only follow its epilogue: dlight's matmul schedule reads and writes
+   through them.
 2. *Clustering.* The remaining memory-intensive nodes (elementwise, broadcast, injective,
    reduce; gathers, which TVM marks opaque; contractions so small that they are memory-bound,
    such as squeeze-excitation matrix-vector products) are clustered along producer -> consumer
@@ -25,7 +26,6 @@ Example
 """
 from __future__ import annotations
 
-import heapq
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Iterable
@@ -33,14 +33,12 @@ from typing import Iterable
 import tvm
 import tvm_ffi
 
-from ..graph import OpClass, OpGraph, TensorKind, sblocks
-from .kernels import has_contraction
+from ..graph import OpClass, OpGraph, sblocks
+from .compute_groups import epilogue_chain, is_compute, is_compute_intensive, is_matmul, layout_prologue
 from .prologue import prologue_target
 
 #: Operator classes that stitching treats as memory-intensive (paper §2.1).
 STITCH_CLASSES = frozenset({OpClass.ELEMENTWISE, OpClass.BROADCAST, OpClass.INJECTIVE, OpClass.REDUCE})
-#: TVM op patterns an epilogue may have (``kElemWise``, ``kBroadcast``).
-_EPILOGUE_PATTERNS = (0, 1)
 
 
 @dataclass(frozen=True)
@@ -118,122 +116,6 @@ def is_stitchable(graph: OpGraph, index: int) -> bool:
     if _is_gather(graph, index):
         return True
     return node.memory_intensive and (node.op_class in STITCH_CLASSES or is_compute(graph, index))
-
-
-def is_compute_intensive(graph: OpGraph, index: int) -> bool:
-    """A compute node that is not memory-bound: it bounds stitch groups and keeps its epilogue."""
-    return is_compute(graph, index) and not graph.nodes[index].memory_intensive
-
-
-def is_compute(graph: OpGraph, index: int) -> bool:
-    """A compute node: class COMPUTE, or a PrimFunc with a contraction block (a convolution over
-    a padded intermediate, which the class test does not see)."""
-    node = graph.nodes[index]
-    return node.op_class == OpClass.COMPUTE or (node.func is not None and has_contraction(node.func))
-
-
-def _epilogue_eligible(graph: OpGraph, index: int, members: set[int], layout: bool) -> bool:
-    """An elementwise / broadcast node reading a member one-to-one (same shape), or (``layout``)
-    a layout node whose single input a member produces."""
-    node = graph.nodes[index]
-    if node.func is None or len(node.outputs) != 1:
-        return False
-    produced = {t: graph.tensors[t].shape for m in members for t in graph.nodes[m].outputs}
-    if layout and _is_layout(graph, index):
-        return node.inputs[0] in produced
-    shape = graph.tensors[node.outputs[0]].shape
-    return (node.pattern in _EPILOGUE_PATTERNS and node.op_class in (OpClass.ELEMENTWISE, OpClass.BROADCAST)
-            and any(produced.get(t) == shape for t in node.inputs))
-
-
-def _escaping(graph: OpGraph, members: set[int]) -> set[str]:
-    return {t for m in members for t in graph.nodes[m].outputs
-            if graph.tensors[t].kind == TensorKind.OUTPUT
-            or any(c not in members for c in graph.tensors[t].consumers)}
-
-
-def _epilogue_chain(graph: OpGraph, index: int, taken: set[int], position: dict[int, int],
-                    layout: bool = False) -> list[int]:
-    """Consumers a compute node absorbs, as ``FuseOps`` does (plus layout nodes if ``layout``).
-
-    Grows the set from the compute node through elementwise / broadcast consumers that read a
-    member one-to-one (diamonds such as GELU included) and, with ``layout``, through reshapes and
-    transposes; keeps the largest prefix whose only escaping tensor is its last node's output.
-    """
-    head = graph.nodes[index]
-    if len(head.outputs) != 1:
-        return []
-    members = {index}
-    added: list[int] = []
-    best: list[int] = []
-    pending = [(position[c], c) for c in graph.consumers(index)]
-    heapq.heapify(pending)
-    while pending:
-        _, nxt = heapq.heappop(pending)
-        if nxt in members:
-            continue
-        if nxt in taken or not _epilogue_eligible(graph, nxt, members, layout):
-            break
-        members.add(nxt)
-        added.append(nxt)
-        if _escaping(graph, members) <= set(graph.nodes[nxt].outputs) and graph.is_convex(members):
-            best = list(added)
-        for c in graph.consumers(nxt):
-            if c not in members:
-                heapq.heappush(pending, (position[c], c))
-    return best
-
-
-def _is_layout(graph: OpGraph, index: int) -> bool:
-    """A pure data-movement node (reshape, transpose, slice, ...): one tensor in, one out, and a
-    single block that stores a single load (a resize, which interpolates, does not qualify). A
-    slice from offset 0 is classified elementwise and counts; a same-shape copy (a no-op cast)
-    does not: it stays with the memory-intensive op it follows."""
-    node = graph.nodes[index]
-    if node.func is None or len(node.outputs) != 1 or len(set(node.inputs)) != 1:
-        return False
-    sliced = graph.tensors[node.outputs[0]].shape != graph.tensors[node.inputs[0]].shape
-    if not (node.op_class == OpClass.INJECTIVE or (node.op_class == OpClass.ELEMENTWISE and sliced)):
-        return False
-    blocks = sblocks(node.func)
-    if len(blocks) != 1:
-        return False
-    stores: list = []
-    tvm_ffi.structural_walk(blocks[0][0].body, (tvm.tirx.BufferStore, stores.append))
-    return len(stores) == 1 and isinstance(stores[0].value, tvm.ir.TensorLoad)
-
-
-def _is_matmul(graph: OpGraph, index: int) -> bool:
-    """A single-block contraction without windows (dlight's matmul rule reads and writes through layouts)."""
-    func = graph.nodes[index].func
-    if func is None:
-        return False
-    blocks = sblocks(func)
-    if len(blocks) != 1:
-        return False
-    loads: list = []
-    tvm_ffi.structural_walk(blocks[0][0].body, (tvm.ir.TensorLoad, loads.append))
-    return all(isinstance(i, (tvm.ir.Var, tvm.tirx.IntImm)) for ld in loads for i in ld.indices)
-
-
-def _only_feeds(graph: OpGraph, index: int, members: set[int]) -> bool:
-    return all(graph.tensors[t].kind != TensorKind.OUTPUT and set(graph.tensors[t].consumers) <= members
-               for t in graph.nodes[index].outputs)
-
-
-def _layout_prologue(graph: OpGraph, index: int, taken: set[int]) -> list[int]:
-    """Layout nodes feeding only the compute node (transitively): its operand prologue."""
-    members = {index}
-    todo = list(graph.producers(index))
-    found: list[int] = []
-    while todo:
-        p = todo.pop()
-        if p in members or p in taken or not _is_layout(graph, p) or not _only_feeds(graph, p, members):
-            continue
-        members.add(p)
-        found.append(p)
-        todo.extend(graph.producers(p))
-    return found
 
 
 class _Clusters:
@@ -316,10 +198,10 @@ def stitch_scope(graph: OpGraph, *, absorb_epilogues: bool = True, absorb_layout
         position = {n: k for k, n in enumerate(order)}
         for i in order:
             if graph.nodes[i].func is not None and is_compute_intensive(graph, i) and i not in taken:
-                layout = absorb_layout and _is_matmul(graph, i)
-                chain = _epilogue_chain(graph, i, taken, position, layout)
+                layout = absorb_layout and is_matmul(graph, i)
+                chain = epilogue_chain(graph, i, taken, position, layout)
                 if layout:
-                    prologue = _layout_prologue(graph, i, taken | set(chain))
+                    prologue = layout_prologue(graph, i, taken | set(chain))
                     if prologue and graph.is_convex(set(prologue) | {i} | set(chain)):
                         chain = prologue + chain
                 if chain:
