@@ -32,18 +32,18 @@ from tvm_ext.frontend import from_onnx  # noqa: E402
 from tvm_ext.inspect.kernel_check import compile_cuda_source  # noqa: E402
 from tvm_ext.models.skeleton import load_model, resolve_models  # noqa: E402
 from tvm_ext.stitch import REPORT_ATTR, stitch_graph_passes, stitch_schedule_passes  # noqa: E402
-from tvm_ext.testing.thread_serial import compare_scheduled  # noqa: E402
+from tvm_ext.testing.thread_serial import call_inputs, compare_scheduled  # noqa: E402
 from preset_numerics import report_row  # noqa: E402  (one JSON line per row, as preset_numerics writes)
 from tvm_ext.tir import PIPELINE_NAME  # noqa: E402
 
 log = logging.getLogger("stitch_kernel_check")
 
 
-def check_model(path: Path, target_name: str, cpu: bool = True) -> dict:
-    """Stitch ``path`` for ``target_name``, nvcc-compile its stitched kernels and (``cpu``) run
-    each thread-serialized against its unscheduled form."""
+def check_model(path: Path, target_name: str, cpu: bool = True, fp16: bool = False) -> dict:
+    """Stitch ``path`` (imported in fp16 with ``fp16``) for ``target_name``, nvcc-compile its
+    stitched kernels and (``cpu``) run each thread-serialized against its unscheduled form."""
     target = tvm.target.Target(target_name)
-    mod = from_onnx(load_model(path))
+    mod = from_onnx(load_model(path), fp16=fp16)
     with target:
         fused = tvm.transform.Sequential(stitch_graph_passes(target))(mod)
         scheduled = tvm.transform.Sequential(stitch_schedule_passes(target))(fused)
@@ -51,7 +51,7 @@ def check_model(path: Path, target_name: str, cpu: bool = True) -> dict:
         if scheduled.attrs is not None and REPORT_ATTR in scheduled.attrs else {}
     ours = {name: scheduled[name].with_attr("global_symbol", name)
             for name, verdict in report.items() if verdict.startswith("stitched")}
-    row = {"model": path.stem, "target": target_name, "stitched": len(ours),
+    row = {"model": path.stem, "target": target_name, "fp16": fp16, "stitched": len(ours),
            "kinds": sorted({report[n] for n in ours}),
            "fallbacks": {n: v for n, v in report.items() if not v.startswith("stitched")}}
     if ours:
@@ -60,7 +60,8 @@ def check_model(path: Path, target_name: str, cpu: bool = True) -> dict:
         result = compile_cuda_source(lib.imports[0].inspect_source(), target)
         row.update(arch=result.arch, nvcc_seconds=round(result.seconds, 1), cubin_bytes=result.binary_bytes)
     if cpu:
-        checks = {name: compare_scheduled(fused[name], scheduled[name]) for name in ours}
+        checks = {name: compare_scheduled(fused[name], scheduled[name], inputs=call_inputs(fused, name))
+                  for name in ours}
         row["cpu_mismatch"] = sorted(name for name, c in checks.items() if not c.ok)
         row["cpu_max_abs_err"] = max((c.max_abs_err for c in checks.values()), default=0.0)
     row["ok"] = not row["fallbacks"] and not row.get("cpu_mismatch")
@@ -73,6 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--targets", nargs="+", default=["tvm_ext/a100", "tvm_ext/h100"])
     parser.add_argument("--json", type=Path, default=None, help="append one JSON line per model and target")
     parser.add_argument("--no-cpu", action="store_true", help="skip the thread-serialized CPU comparison")
+    parser.add_argument("--fp16", action="store_true", help="import the models in fp16")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     try:
@@ -84,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
         for target_name in args.targets:
             start = time.perf_counter()
             try:
-                row = check_model(path, target_name, cpu=not args.no_cpu)
+                row = check_model(path, target_name, cpu=not args.no_cpu, fp16=args.fp16)
             except TvmExtError as err:
                 row = {"model": path.stem, "target": target_name, "ok": False, "error": f"{type(err).__name__}: {err}"}
             row["seconds"] = round(time.perf_counter() - start, 1)

@@ -1,8 +1,9 @@
 """Stitched kernels, threads serialized, against their unscheduled functions on the CPU.
 
 Covers each scheme: regional (layer norm, softmax), global with grid barriers (the paper's
-Figure 7 graph, squeeze-excitation), task splitting (few long rows) and the GEMM prologue,
-including a partial last row tile (197 rows). A corrupted schedule must fail the check.
+Figure 7 graph, squeeze-excitation), task splitting (few long rows), remote stitching (two
+outputs), a gather, and the GEMM prologue including a partial last row tile (197 rows). A
+corrupted schedule must fail the check.
 """
 from __future__ import annotations
 
@@ -14,9 +15,10 @@ from tvm import tirx
 from test_stitch_kernels import figure7_module, layer_norm_module, long_rows_module, softmax_module, \
     squeeze_excite_module
 from test_stitch_prologue import attention, norm_then_gemm
+from test_stitch_scope import embedding_graph, remote_graph
 from tvm_ext.stitch import stitch_graph_passes
 from tvm_ext.stitch.schedule_pass import planning_device, schedule_stitched
-from tvm_ext.testing.thread_serial import compare_scheduled, serialize_threads
+from tvm_ext.testing.thread_serial import call_inputs, compare_scheduled, serialize_threads
 from tvm_ext.tir import has_grid_sync
 
 TARGET = "tvm_ext/h100"
@@ -28,6 +30,8 @@ CASES = {
     "long_rows": (long_rows_module, "stitched+grid_sync"),
     "attention_197": (lambda: attention(heads=12, seq=197), "stitched+gemm_prologue"),
     "norm_gemm": (norm_then_gemm, "stitched+gemm_prologue"),
+    "remote_two_outputs": (remote_graph, "stitched"),
+    "embedding_gather_norm": (embedding_graph, "stitched"),
 }
 
 
@@ -46,8 +50,9 @@ def test_serialized_kernel_matches_unscheduled(case):
     names = [n for n, v in report.items() if v == verdict]
     assert names, report
     for name in names:
-        check = compare_scheduled(fused[name], scheduled[name])
+        check = compare_scheduled(fused[name], scheduled[name], inputs=call_inputs(fused, name))
         assert check.ok, (name, check)
+        assert check.outputs == len(fused[name].params) - call_inputs(fused, name)
 
 
 def test_grid_barriers_become_stage_loops():

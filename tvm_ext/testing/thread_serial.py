@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 import tvm
 import tvm_ffi
-from tvm import tirx
+from tvm import relax, tirx
 
 from ..errors import TvmExtError
 from ..tir import has_grid_sync
@@ -146,8 +146,31 @@ def _run(func: tirx.PrimFunc, args: list[np.ndarray]) -> list[np.ndarray]:
     return [t.numpy() for t in tensors]
 
 
+def call_inputs(mod: tvm.IRModule, name: str) -> int:
+    """How many of PrimFunc ``name``'s parameters are inputs, read from a ``call_tir`` of it.
+
+    Raises
+    ------
+    TvmExtError
+        Nothing in ``mod`` calls ``name``.
+    """
+    call_tir = tvm.ir.Op.get("relax.call_tir")
+    counts: list[int] = []
+
+    def visit(expr) -> None:
+        if isinstance(expr, relax.Call) and expr.op.same_as(call_tir) and expr.args[0].name_hint == name:
+            counts.append(len(expr.args[1].fields))
+
+    for _, func in mod.functions_items():
+        if isinstance(func, relax.Function):
+            relax.analysis.post_order_visit(func.body, visit)
+    if not counts:
+        raise TvmExtError(f"no call_tir of '{name}' in the module")
+    return counts[0]
+
+
 def compare_scheduled(reference: tirx.PrimFunc, scheduled: tirx.PrimFunc, *, inputs: int | None = None,
-                      seed: int = 0, rtol: float = 1e-4, atol: float = 1e-5) -> KernelCheck:
+                      seed: int = 0, rtol: float | None = None, atol: float | None = None) -> KernelCheck:
     """Run ``reference`` (the unscheduled function) and ``scheduled`` (threads serialized) on the
     CPU with the same random inputs and compare every output parameter.
 
@@ -157,10 +180,19 @@ def compare_scheduled(reference: tirx.PrimFunc, scheduled: tirx.PrimFunc, *, inp
         Same leading parameters; ``scheduled`` may have extra trailing ones (promoted workspaces,
         zero-filled, not compared).
     inputs : int, optional
-        How many leading parameters are inputs (default: all but the reference's last).
+        How many leading parameters are inputs (:func:`call_inputs` reads it from the module);
+        default all but the reference's last.
+    rtol, atol : float, optional
+        Default: the oracle's fp32 tolerance, or its fp16 one when an output is fp16.
     """
+    from .oracle import FP16_TOLERANCE, FP32_TOLERANCE
+
     n_ref = len(reference.params)
     n_in = n_ref - 1 if inputs is None else inputs
+    half = any(str(p.ty.dtype) in ("float16", "bfloat16") for p in list(reference.params)[n_in:])
+    default_rtol, default_atol = FP16_TOLERANCE if half else FP32_TOLERANCE
+    rtol = default_rtol if rtol is None else rtol
+    atol = default_atol if atol is None else atol
     rng = np.random.default_rng(seed)
     args = _random_args(reference, n_in, rng)
     outs = [np.zeros([int(d) for d in p.ty.shape], dtype=str(p.ty.dtype)) for p in list(reference.params)[n_in:]]
@@ -175,4 +207,4 @@ def compare_scheduled(reference: tirx.PrimFunc, scheduled: tirx.PrimFunc, *, inp
     return KernelCheck(ok, worst, len(expected))
 
 
-__all__ = ["KernelCheck", "compare_scheduled", "serialize_threads"]
+__all__ = ["KernelCheck", "call_inputs", "compare_scheduled", "serialize_threads"]
