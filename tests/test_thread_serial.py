@@ -84,9 +84,13 @@ def test_a_corrupted_schedule_fails_the_check():
 
 
 def test_schedule_stage_leaves_its_input_alone():
+    from tvm_ext.default_schedule import SafeDefaultSchedule
+
     target = tvm.target.Target(TARGET)
     with target:
-        fused = tvm.transform.Sequential(stitch_graph_passes(target))(layer_norm_module())
+        fused = tvm.transform.Sequential(stitch_graph_passes(target))(attention())
         before = {gv.name_hint: tvm_ffi.structural_hash(f) for gv, f in fused.functions_items()}
-        schedule_stitched(fused, planning_device(target))
+        stitched, _ = schedule_stitched(fused, planning_device(target))
+        SafeDefaultSchedule()(fused)
     assert {gv.name_hint: tvm_ffi.structural_hash(f) for gv, f in fused.functions_items()} == before
+    assert {gv.name_hint: tvm_ffi.structural_hash(f) for gv, f in stitched.functions_items()} != before

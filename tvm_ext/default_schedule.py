@@ -14,6 +14,8 @@ import logging
 import tvm
 from tvm import s_tir, tirx
 
+from .ir_update import with_functions
+
 logger = logging.getLogger(__name__)
 
 FAILURES_ATTR = "tvm_ext.dlight_failures"
@@ -75,10 +77,7 @@ class SafeDefaultSchedule:
                 updates[gv] = sch.mod["main"].with_attr("tirx.is_scheduled", True)
                 applied[gv.name_hint] = type(rule).__name__
                 break
-        mod = mod.clone()  # never mutate the caller's module
-        for gv, func in updates.items():
-            mod[gv] = func
-        mod = mod.with_attr(RULES_ATTR, applied)
+        mod = with_functions(mod, updates).with_attr(RULES_ATTR, applied)
         if failures:
             mod = mod.with_attr(FAILURES_ATTR, failures)
         return mod

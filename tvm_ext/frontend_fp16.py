@@ -35,6 +35,8 @@ import numpy as np
 import tvm
 from tvm import relax
 
+from .ir_update import with_functions
+
 logger = logging.getLogger(__name__)
 
 FP32 = "float32"
@@ -212,7 +214,4 @@ class ConvertToFloat16:
                     ", ".join(sorted(set(rewriter.opaque_calls))), gv.name_hint)
         if not updates:
             return mod
-        mod = mod.clone()  # never mutate the caller's module
-        for gv, func in updates.items():
-            mod[gv] = func
-        return relax.transform.Normalize()(mod)
+        return relax.transform.Normalize()(with_functions(mod, updates))

@@ -25,6 +25,7 @@ from tvm import relax, tirx
 
 from ..errors import UnknownDeviceError
 from ..hardware import DeviceSpec, device_from_target, list_devices, load_device
+from ..ir_update import with_functions
 from ..tir import PIPELINE_NAME
 from ..default_schedule import SafeDefaultSchedule
 from .planner import PlanOptions, StitchPlanError, plan_prim_func
@@ -105,7 +106,7 @@ def schedule_stitched(mod: tvm.IRModule, device: DeviceSpec, options: PlanOption
     report: dict[str, str] = {}
     workspaces: dict[str, list] = {}
     stitched = _stitched_names(mod)
-    mod = mod.clone()  # never mutate the caller's module
+    updates: dict = {}
     for gv, func in list(mod.functions_items()):
         name = gv.name_hint
         if not isinstance(func, tirx.PrimFunc) or name not in stitched:
@@ -134,11 +135,12 @@ def schedule_stitched(mod: tvm.IRModule, device: DeviceSpec, options: PlanOption
             continue
         if extra:
             workspaces[name] = extra
-        mod[gv] = scheduled
+        updates[gv] = scheduled
         if plan is None:
             report[name] = "stitched+gemm_prologue"
         else:
             report[name] = "stitched+grid_sync" if plan.needs_grid_sync else "stitched"
+    mod = with_functions(mod, updates)
     if workspaces:
         mod = _add_workspace_outputs(mod, workspaces)
     return mod.with_attr(REPORT_ATTR, report), report

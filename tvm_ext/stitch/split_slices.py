@@ -19,6 +19,8 @@ from __future__ import annotations
 import tvm
 from tvm import relax
 
+from ..ir_update import with_functions
+
 _SPLIT = tvm.ir.Op.get("relax.split")
 
 
@@ -109,12 +111,7 @@ class SplitToSlices:
     def transform_module(self, mod: tvm.IRModule, ctx) -> tvm.IRModule:  # noqa: D102 - pass protocol
         updates = {gv: split_to_slices(f) for gv, f in mod.functions_items() if isinstance(f, relax.Function)}
         updates = {gv: f for gv, f in updates.items() if not f.same_as(mod[gv])}
-        if not updates:
-            return mod
-        mod = mod.clone()  # never mutate the caller's module
-        for gv, func in updates.items():
-            mod[gv] = func
-        return mod
+        return with_functions(mod, updates)
 
 
 __all__ = ["SplitToSlices", "split_to_slices"]

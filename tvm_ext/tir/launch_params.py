@@ -24,6 +24,7 @@ from __future__ import annotations
 import tvm
 from tvm import tirx
 
+from ..ir_update import with_functions
 from .grid_sync import has_grid_sync
 
 COOPERATIVE_TAG = "tirx.use_cooperative_launch"
@@ -61,12 +62,7 @@ class AnnotateCooperativeLaunch:
     def transform_module(self, mod: tvm.IRModule, ctx) -> tvm.IRModule:  # noqa: D102 - pass protocol
         updates = {gv: with_cooperative_launch(f) for gv, f in mod.functions_items()
                    if is_device_kernel(f) and has_grid_sync(f)}
-        if not updates:
-            return mod
-        mod = mod.clone()  # never mutate the caller's module
-        for gv, func in updates.items():
-            mod[gv] = func
-        return mod
+        return with_functions(mod, updates)
 
 
 def _kernels_of(mod: tvm.IRModule, symbol: str) -> list:
@@ -89,12 +85,7 @@ class ApplyLaunchBounds:
             blocks = int(func.attrs[MIN_BLOCKS_ATTR])
             for kernel in _kernels_of(mod, gv.name_hint):
                 updates[kernel] = mod[kernel].with_attr(TVM_MIN_BLOCKS_ATTR, blocks)
-        if not updates:
-            return mod
-        mod = mod.clone()  # never mutate the caller's module
-        for gv, func in updates.items():
-            mod[gv] = func
-        return mod
+        return with_functions(mod, updates)
 
 
 def _pipeline_factory():
