@@ -22,6 +22,8 @@ import tvm
 import tvm_ffi
 from tvm import relax, tirx
 
+from ..tir.grid_sync import is_block_binding
+
 
 @dataclass(frozen=True)
 class KernelCounts:
@@ -89,11 +91,6 @@ def has_contraction(func: tirx.PrimFunc) -> bool:
     return any(flags)
 
 
-def _is_block_loop(node) -> bool:
-    return (isinstance(node, tirx.For) and node.thread_binding is not None
-            and str(node.thread_binding.thread_tag).startswith("blockIdx"))
-
-
 _ARITH = (tirx.Add, tirx.Sub, tirx.Mul, tirx.Div, tirx.FloorDiv, tirx.FloorMod, tirx.Min, tirx.Max)
 
 
@@ -147,7 +144,7 @@ def kernels_of(func: tirx.PrimFunc, threshold: float | None = None) -> list[bool
     kernels: list[bool] = []
 
     def visit(node) -> None:
-        if _is_block_loop(node):
+        if is_block_binding(node):
             flags: list[bool] = []
             tvm_ffi.structural_walk(node.body, (tvm.s_tir.SBlock, lambda b: flags.append(is_contraction(b))))
             kernels.append(any(flags) and bound)

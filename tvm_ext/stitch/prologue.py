@@ -26,6 +26,7 @@ Example
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import tvm
@@ -79,7 +80,7 @@ def row_operand_read(func: tirx.PrimFunc, param_index: int) -> RowOperand | None
     """How the single contraction block of ``func`` reads parameter ``param_index``, if as a row
     operand (indices ``[spatial.., i, k]``, ``k`` the only reduction iterator), else None."""
     blocks = sblocks(func)
-    if len(blocks) < 1 or param_index >= len(func.params):
+    if param_index >= len(func.params):
         return None
     contractions = [b for b, _ in blocks if any(iv.iter_type == tirx.IterVar.CommReduce for iv in b.iter_vars)]
     if len(contractions) != 1:
@@ -104,13 +105,7 @@ def row_operand_read(func: tirx.PrimFunc, param_index: int) -> RowOperand | None
     cols = _const_ints([extents[iv.var] for iv in free])
     if shape is None or cols is None or len(shape) < 2:
         return None
-    rows = 1
-    for d in shape[:-1]:
-        rows *= d
-    columns = 1
-    for c in cols:
-        columns *= c
-    return RowOperand(rows, shape[-1], columns, str(param.ty.dtype))
+    return RowOperand(math.prod(shape[:-1]), shape[-1], math.prod(cols), str(param.ty.dtype))
 
 
 def _reduces_last_axis(func: tirx.PrimFunc, shape: tuple[int, ...]) -> bool:

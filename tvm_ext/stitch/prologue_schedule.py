@@ -35,13 +35,12 @@ from ..graph import sblocks
 from ..hardware import DeviceSpec
 from .kernels import is_contraction
 from .prologue import MAX_COLUMNS, SHARED_BUDGET
-from .schedule import PLAN_ATTR, StitchScheduleError, zero_unit_bindings
+from .schedule import _TVM_ERRORS, PLAN_ATTR, StitchScheduleError, zero_unit_bindings
 
 #: Rows per block the builder tries, largest first.
 ROW_TILES = (32, 16, 8, 4)
 #: Warps per block (one row of the tile per warp at a time).
 THREADS_Y = 4
-_TVM_ERRORS = (RuntimeError, ValueError, TypeError)
 
 
 @dataclass(frozen=True)
@@ -161,15 +160,17 @@ def _loops_below(sch, block, anchor) -> list:
     raise StitchScheduleError("block is not under its anchor loop")
 
 
-def _bind_rows_and_lanes(sch, loops: list, tiles: PrologueTiles) -> None:
-    """``loops`` = [row loops.., the row's loop]: rows on threadIdx.y, the row on threadIdx.x."""
+def _bind_rows_and_lanes(sch, loops: list, tiles: PrologueTiles):
+    """``loops`` = [row loops.., the row's loop]: rows on threadIdx.y, the row on threadIdx.x;
+    returns the serial loop over row groups."""
     if len(loops) < 2:
         raise StitchScheduleError("a prologue block has no row loop")
     row = sch.fuse(*loops[:-1]) if len(loops) > 2 else loops[0]
-    _, ty = sch.split(row, [None, tiles.threads_y])
+    row_outer, ty = sch.split(row, [None, tiles.threads_y])
     _, tx = sch.split(loops[-1], [None, tiles.threads_x])
     sch.bind(ty, "threadIdx.y")
     sch.bind(tx, "threadIdx.x")
+    return row_outer
 
 
 def build_prologue_schedule(func: tirx.PrimFunc, device: DeviceSpec) -> tirx.PrimFunc:
@@ -212,12 +213,7 @@ def build_prologue_schedule(func: tirx.PrimFunc, device: DeviceSpec) -> tirx.Pri
         operand = sch.get_sblock(a.operand_block)
         sch.set_scope(operand, 0, "shared")
         sch.compute_at(operand, bx)
-        below = _loops_below(sch, operand, bx)
-        row_loop = sch.fuse(*below[:-1]) if len(below) > 2 else below[0]
-        row_outer, ty = sch.split(row_loop, [None, tiles.threads_y])
-        _, tx = sch.split(below[-1], [None, tiles.threads_x])
-        sch.bind(ty, "threadIdx.y")
-        sch.bind(tx, "threadIdx.x")
+        row_outer = _bind_rows_and_lanes(sch, _loops_below(sch, operand, bx), tiles)
         for name in reversed([n for n in kept if n != a.operand_block]):
             block = sch.get_sblock(name)
             sch.set_scope(block, 0, "local" if _is_reduction(sch.get(block)) else "shared")

@@ -225,12 +225,8 @@ def stitch_scope(graph: OpGraph, *, absorb_epilogues: bool = True, absorb_layout
 
     if remote:
         # a group that will be computed inside its GEMM is not merged with unrelated groups
-        keep: set[int] = set()
-        if gemm_prologues:
-            for gid, members in clusters.members.items():
-                target = prologue_target(graph, members)
-                if target is not None and is_compute_intensive(graph, target):
-                    keep.add(gid)
+        keep = {gid for gid, members in clusters.members.items()
+                if gemm_prologues and _prologue_gemm(graph, members) is not None}
         _remote_stitch(graph, clusters, limit, keep)
 
     groups: list[ScopeGroup] = []
@@ -248,6 +244,12 @@ def stitch_scope(graph: OpGraph, *, absorb_epilogues: bool = True, absorb_layout
     return StitchScope(graph, groups)
 
 
+def _prologue_gemm(graph: OpGraph, members: set[int]) -> int | None:
+    """The compute-intensive GEMM node the group ``members`` would run inside, or None."""
+    target = prologue_target(graph, members)
+    return target if target is not None and is_compute_intensive(graph, target) else None
+
+
 def _absorb_row_prologues(graph: OpGraph, groups: list[ScopeGroup], order: list[int]) -> list[ScopeGroup]:
     """Merge each row-reduction group into the group of the GEMM that consumes its result, when
     that GEMM heads its group (its epilogue and layout nodes) and the union stays convex."""
@@ -256,13 +258,13 @@ def _absorb_row_prologues(graph: OpGraph, groups: list[ScopeGroup], order: list[
     for k, group in enumerate(groups):
         if group.kind not in ("stitch", "single") or k in merged.values():
             continue
-        target = prologue_target(graph, set(group.nodes))
+        target = _prologue_gemm(graph, set(group.nodes))
         if target is None:
             continue
         host = owner[target]
         if groups[host].kind not in ("epilogue", "single") or host in merged or host in merged.values():
             continue
-        if not is_compute_intensive(graph, target) or not graph.is_convex(set(group.nodes) | set(groups[host].nodes)):
+        if not graph.is_convex(set(group.nodes) | set(groups[host].nodes)):
             continue
         merged[k] = host
     if not merged:

@@ -27,12 +27,7 @@ import tvm_ffi
 from tvm import relax, tirx
 
 from ..errors import TvmExtError
-from ..tir import has_grid_sync
-
-
-def _is_block_loop(node) -> bool:
-    return (isinstance(node, tirx.For) and node.thread_binding is not None
-            and str(node.thread_binding.thread_tag).startswith("blockIdx"))
+from ..tir import has_grid_sync, is_block_binding
 
 
 def _is_grid_sync(stmt) -> bool:
@@ -103,14 +98,12 @@ def serialize_threads(func: tirx.PrimFunc) -> tirx.PrimFunc:
         new = mutator.default_mutate(loop)
         if new.thread_binding is None:
             return new
-        if _is_block_loop(new) and has_grid_sync(new.body):
+        if is_block_binding(new) and has_grid_sync(new.body):
             return _split_stages(new)
         return tirx.For(new.loop_var, new.min, new.extent, tirx.ForKind.SERIAL, new.body)
 
     body = _scopes_to_global(tvm_ffi.structural_mutate(func.body, (tirx.For, on_for)))
-    out = func.with_body(body)
-    return out.without_attr("tirx.is_scheduled") if out.attrs is not None and "tirx.is_scheduled" in out.attrs \
-        else out
+    return func.with_body(body).without_attr("tirx.is_scheduled")
 
 
 @dataclass(frozen=True)

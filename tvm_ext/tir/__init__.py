@@ -5,7 +5,7 @@ followed by the launch-parameter passes); pass ``tir_pipeline="tvm_ext"`` to ``t
 """
 from __future__ import annotations
 
-from .grid_sync import GRID_SYNC_OP, InsertGridSync, has_grid_sync, insert_grid_sync
+from .grid_sync import GRID_SYNC_OP, InsertGridSync, has_grid_sync, insert_grid_sync, is_block_binding
 from .launch_params import (
     COOPERATIVE_TAG,
     MIN_BLOCKS_ATTR,
@@ -22,6 +22,6 @@ register_tir_pipeline()
 
 __all__ = [
     "AnnotateCooperativeLaunch", "ApplyLaunchBounds", "COOPERATIVE_TAG", "GRID_SYNC_OP", "InsertGridSync",
-    "MIN_BLOCKS_ATTR", "PIPELINE_NAME", "has_grid_sync", "insert_grid_sync", "is_device_kernel",
+    "MIN_BLOCKS_ATTR", "PIPELINE_NAME", "has_grid_sync", "insert_grid_sync", "is_block_binding", "is_device_kernel",
     "launch_params", "register_tir_pipeline", "with_cooperative_launch",
 ]

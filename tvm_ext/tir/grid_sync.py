@@ -31,7 +31,9 @@ from tvm.backend.cuda import op as cuda_op
 GRID_SYNC_OP = "tirx.cuda.grid_sync"
 
 
-def _is_block_binding(node) -> bool:
+def is_block_binding(node) -> bool:
+    """Whether ``node`` binds ``blockIdx``: a thread-bound ``For`` (scheduled) or a ``thread_extent``
+    attribute (lowered); each such binding is one kernel."""
     if isinstance(node, tirx.For) and node.thread_binding is not None:
         return str(node.thread_binding.thread_tag).startswith("blockIdx")
     if isinstance(node, tirx.AttrStmt) and node.attr_key == "thread_extent":
@@ -102,7 +104,7 @@ def _rewrite_kernel_body(body, global_buffers: set) -> tuple[tirx.Stmt, int]:
     """Find the stage sequence below wrappers (nested block bindings, attributes) and fill it."""
     if isinstance(body, tirx.SeqStmt):
         return _with_barriers(body, global_buffers)
-    wrapper = _is_block_binding(body) or (isinstance(body, tirx.AttrStmt) and body.attr_key != "thread_extent")
+    wrapper = is_block_binding(body) or (isinstance(body, tirx.AttrStmt) and body.attr_key != "thread_extent")
     if wrapper:
         inner, count = _rewrite_kernel_body(body.body, global_buffers)
         return _replace_body(body, inner), count
@@ -141,7 +143,7 @@ def insert_grid_sync(func: tirx.PrimFunc) -> tuple[tirx.PrimFunc, int]:
 
     def on_kernel(node, mutator):
         nonlocal total
-        if not _is_block_binding(node):
+        if not is_block_binding(node):
             return mutator.default_mutate(node)
         new_body, count = _rewrite_kernel_body(node.body, global_buffers)
         total += count
@@ -160,4 +162,4 @@ class InsertGridSync:
         return new_func if count else func
 
 
-__all__ = ["GRID_SYNC_OP", "InsertGridSync", "has_grid_sync", "insert_grid_sync"]
+__all__ = ["GRID_SYNC_OP", "InsertGridSync", "has_grid_sync", "insert_grid_sync", "is_block_binding"]
