@@ -428,8 +428,8 @@ def test_device_from_plain_targets():
     assert device_from_target(Target({"kind": "cuda", "arch": "sm_86"})).name == "rtx3090"
     assert device_from_target(Target("nvidia/nvidia-t4")).name == "t4"
     assert device_from_target("V100").name == "v100"
-    with pytest.raises(UnknownDeviceError, match="ambiguous between devices h100, h200"):
-        device_from_target(Target("nvidia/nvidia-h100"))  # sm_90a
+    # sm_90a: h100 and h200 share the arch and every planning number, so the first is planned for
+    assert device_from_target(Target("nvidia/nvidia-h100")).name == "h100"
     with pytest.raises(UnknownDeviceError, match="no device has arch sm_89"):
         device_from_target({"kind": "cuda", "arch": "sm_89"})
     with pytest.raises(UnknownDeviceError, match="kind 'llvm', not a CUDA target"):
@@ -478,3 +478,21 @@ def test_tag_compiles_a_relax_module(registered_tags):
     executable = tvm.compile(Module, target=tvm.target.Target("tvm_ext/a100"))
     source = executable.mod.imports[0].imports[0].inspect_source()
     assert "__global__" in source and "threadIdx.x" in source
+
+
+def test_shared_arch_with_different_planning_numbers_is_ambiguous(tmp_path, monkeypatch):
+    """Two devices of one arch that plan differently cannot be told apart by the arch alone."""
+    import yaml
+
+    from tvm_ext.hardware import devices_dir
+
+    (tmp_path / "devices").mkdir()
+    for name in ("h100", "h200"):
+        data = yaml.safe_load((devices_dir() / f"{name}.yaml").read_text())
+        if name == "h200":
+            data["sm_count"] = 144
+        (tmp_path / "devices" / f"{name}.yaml").write_text(yaml.safe_dump(data))
+    monkeypatch.setenv(CONFIG_DIR_ENV, str(tmp_path))
+    with pytest.raises(UnknownDeviceError, match="ambiguous between devices h100, h200"):
+        device_from_target({"kind": "cuda", "arch": "sm_90"})
+    assert device_from_target({"kind": "cuda", "arch": "sm_90", "model": "h200"}).sm_count == 144

@@ -16,10 +16,11 @@ import tvm_ext
 from tvm_ext.analysis import group_traffic_default
 from tvm_ext.errors import KernelCompileError, PresetError, TvmExtError, UnknownDeviceError
 from tvm_ext.graph import OpGraph
-from tvm_ext.inspect import (FALLBACK_ATTR, FallbackOp, GroupInfo, compile_cuda_source, cuda_source,
-                             global_kernel_names, inspect, kernel_source, launch_regions)
+from tvm_ext.driver import build
+from tvm_ext.inspect import (FallbackOp, GroupInfo, compile_cuda_source, cuda_source, global_kernel_names, inspect,
+                             kernel_source, report_from_stages)
 from tvm_ext.inspect.kernel_check import find_cuda_root
-from tvm_ext.pipeline import Preset
+from tvm_ext.select import FALLBACK_ATTR, launch_regions
 
 F32 = "float32"
 
@@ -27,7 +28,7 @@ F32 = "float32"
 @pytest.fixture(scope="session", autouse=True)
 def _registered():
     tvm_ext.register_target_tags()
-    tvm_ext.pipeline.register_pipelines()
+    tvm_ext.driver.register_pipelines()
 
 
 @I.ir_module
@@ -106,12 +107,13 @@ class WithExternal:
         return t
 
 
-@tvm.transform.module_pass(opt_level=0, name="MarkTransposeFallback")
-def _mark_transpose(mod, _ctx):
+def _mark_transpose(mod: tvm.IRModule) -> tvm.IRModule:
+    """What a technique does for a function it leaves to default lowering."""
+    out = mod.clone()
     for gv, func in mod.functions_items():
         if isinstance(func, tirx.PrimFunc) and "transpose" in gv.name_hint:
-            mod[gv] = func.with_attr(FALLBACK_ATTR, "test: <transpose> & friends left alone")
-    return mod
+            out[gv] = func.with_attr(FALLBACK_ATTR, "test: <transpose> & friends left alone")
+    return out
 
 
 @pytest.fixture(scope="module")
@@ -122,14 +124,6 @@ def two_report():
 @pytest.fixture(scope="module")
 def small_report():
     return inspect(SmallModel, "tvm_ext/h100", keep_source=True)
-
-
-@pytest.fixture(scope="module")
-def marker_preset():
-    """Baseline plus a pass that marks transposes; passed as an object, never registered."""
-    graph = tvm_ext.pipeline.get_preset("baseline").graph
-    return Preset("_test_inspect_marker", "test: baseline + a fallback marker",
-                  graph=lambda target: graph(target) + [_mark_transpose])
 
 
 # ---------------------------------------------------------------- kernel launches
@@ -148,14 +142,14 @@ def test_launch_regions_agree_with_host_device_split(two_report, small_report):
     for report in (two_report, small_report):
         scheduled = report.build.scheduled
         for k in report.launches:
-            assert launch_regions(scheduled[k.func]) == k.kernels_per_call, k.func
+            assert len(launch_regions(scheduled[k.func])) == k.kernels_per_call, k.func
 
 
 def test_kernel_inside_host_loop_counts_per_iteration():
     report = inspect(HostLoop, "tvm_ext/h100")
     (k,) = report.launches
     assert (k.func, k.calls, k.kernels_per_call) == ("looped", 2, 4)
-    assert launch_regions(HostLoop["looped"]) == 4
+    assert len(launch_regions(HostLoop["looped"])) == 4
     assert report.kernels == 8 and report.distinct_kernels == 1
 
 
@@ -208,9 +202,10 @@ def test_dlight_rules_and_generic_fallback(small_report, two_report):
     assert reasons == {"no specialized schedule rule matched: generic Fallback"}
 
 
-def test_fallback_attr_and_external_call(marker_preset):
-    report = inspect(WithExternal, "tvm_ext/h100", marker_preset)
-    assert report.preset == "_test_inspect_marker"
+def test_fallback_attr_and_external_call():
+    target = tvm.target.Target("tvm_ext/h100")
+    stages = build(WithExternal, target, "baseline")
+    report = report_from_stages(dataclasses.replace(stages, scheduled=_mark_transpose(stages.scheduled)))
     found = {(f.op, f.kind): f for f in report.fallback_ops}
     assert ("my_ext.kernel", "not_legalized") in found
     assert "external call" in found[("my_ext.kernel", "not_legalized")].reason
@@ -257,9 +252,9 @@ def test_bad_inputs_raise_tvm_ext_errors():
         inspect(SmallModel, {"kind": "llvm"}, device="h100")
     with pytest.raises(PresetError):
         inspect(SmallModel, "tvm_ext/h100", "no_such_preset")
-    with pytest.raises(UnknownDeviceError):
-        inspect(SmallModel, {"kind": "cuda", "arch": "sm_90"})  # h100 or h200: ambiguous
-    with pytest.raises(TvmExtError, match="invalid target"):
+    with pytest.raises(UnknownDeviceError, match="no device has arch sm_89"):
+        inspect(SmallModel, {"kind": "cuda", "arch": "sm_89"})
+    with pytest.raises(TvmExtError, match="cannot interpret 'tvm_ext_nope/x' as a TVM target"):
         inspect(SmallModel, "tvm_ext_nope/x")
 
 

@@ -7,7 +7,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from tvm_ext.errors import NumericsMismatchError, PresetError
-from tvm_ext.pipeline import list_presets
+from tvm_ext.driver import list_presets
 from tvm_ext.testing import oracle
 from tvm_ext.testing.compare import assert_close, compare_outputs
 from tvm_ext.testing.onnx_backend import backend_for

@@ -9,7 +9,7 @@ from tvm.script import relax as R
 
 import tvm_ext
 from tvm_ext.errors import PresetError
-from tvm_ext.pipeline import get_preset, list_presets, preset_pipeline, use_preset
+from tvm_ext.driver import get_preset, list_presets, preset_pipeline, use_preset
 
 
 @tvm.script.ir_module
@@ -66,7 +66,7 @@ def test_unimplemented_preset_through_tvm_compile_fails_clearly(cuda_target):
 
 
 def test_use_preset_scopes_the_choice():
-    assert tvm_ext.pipeline.active_preset().name == "baseline"
+    assert tvm_ext.driver.active_preset().name == "baseline"
     with use_preset("baseline") as preset:
         assert preset.name == "baseline"
     with pytest.raises(PresetError):

@@ -16,12 +16,11 @@ import tvm_ext.tir as ttir
 from tvm_ext.frontend import from_onnx
 from tvm_ext.inspect.kernel_check import compile_cuda_source, nvcc_available
 from tvm_ext.models import get_model
-from tvm_ext.pipeline import Preset, preset_pipeline
-from tvm_ext.stitch import REPORT_ATTR, stitch_graph_passes, stitch_schedule_passes
+from tvm_ext.driver import preset_passes, preset_pipeline
+from tvm_ext.select import FALLBACK_ATTR, GENERATOR_ATTR, RULE_ATTR
 
 pytestmark = pytest.mark.skipif(not nvcc_available(), reason="nvcc / CUDA toolkit not found")
 
-STITCH = Preset("stitch", "test preset", ("stitch",), graph=stitch_graph_passes, schedule=stitch_schedule_passes)
 TARGETS = ["tvm_ext/a100", "tvm_ext/h100"]     # sm_80, sm_90
 _KERNEL = re.compile(r'extern "C" __global__ void (?:__launch_bounds__\(([^)]*)\) )?(\w+)\(')
 
@@ -79,12 +78,27 @@ def long_rows_module():
 
 def _scheduled(mod, target):
     with target:
-        return tvm.transform.Sequential(stitch_graph_passes(target) + stitch_schedule_passes(target))(mod)
+        stages = preset_passes("stitch", target)
+        return tvm.transform.Sequential(stages.graph + stages.schedule)(mod)
+
+
+def _stitch_rules(scheduled) -> dict[str, str]:
+    """PrimFunc -> schedule rule of every kernel the stitch generator planned (a kernel whose plan
+    was refused is scheduled by dlight and marked; it shows as ``fallback``)."""
+    out = {}
+    for gv, func in scheduled.functions_items():
+        if not isinstance(func, tvm.tirx.PrimFunc) or func.attrs is None:
+            continue
+        if FALLBACK_ATTR in func.attrs and "stitch" in str(func.attrs[FALLBACK_ATTR]):
+            out[gv.name_hint] = "fallback"
+        elif GENERATOR_ATTR in func.attrs and str(func.attrs[GENERATOR_ATTR]) == "stitch":
+            out[gv.name_hint] = str(func.attrs[RULE_ATTR])
+    return out
 
 
 def _cuda(mod, target) -> str:
     with target:
-        ex = tvm.compile(mod, target, relax_pipeline=preset_pipeline(STITCH, target), tir_pipeline=ttir.PIPELINE_NAME)
+        ex = tvm.compile(mod, target, relax_pipeline=preset_pipeline("stitch", target), tir_pipeline=ttir.PIPELINE_NAME)
     return ex.mod.imports[0].imports[0].inspect_source()
 
 
@@ -97,7 +111,7 @@ def _kernels(src: str) -> dict[str, str | None]:
 def test_regional_groups_are_one_kernel_with_shared_memory(make, target_name):
     target = tvm.target.Target(target_name)
     mod = make()
-    report = dict(_scheduled(mod, target).attrs[REPORT_ATTR])
+    report = _stitch_rules(_scheduled(mod, target))
     assert list(report.values()) == ["stitched"]                 # ours, no grid barrier
     src = _cuda(mod, target)
     assert len(_kernels(src)) == 1
@@ -111,7 +125,7 @@ def test_global_scheme_group_has_grid_barrier_and_cooperative_launch(target_name
     target = tvm.target.Target(target_name)
     mod = figure7_module()
     scheduled = _scheduled(mod, target)
-    assert list(dict(scheduled.attrs[REPORT_ATTR]).values()) == ["stitched+grid_sync"]
+    assert list(_stitch_rules(scheduled).values()) == ["stitched+grid_sync"]
     func = next(f for gv, f in scheduled.functions_items() if gv.name_hint.startswith("fused"))
     assert int(func.attrs[ttir.MIN_BLOCKS_ATTR]) >= 1 and len(func.params) == 3 + 1 + 2   # two global workspaces
     src = _cuda(mod, target)
@@ -155,7 +169,7 @@ def _device_kernels(func, target) -> dict:
 def test_global_kernels_compile(make, syncs):
     target = tvm.target.Target("tvm_ext/a100")
     mod = make()
-    report = dict(_scheduled(mod, target).attrs[REPORT_ATTR])
+    report = _stitch_rules(_scheduled(mod, target))
     assert all(v == "stitched+grid_sync" for v in report.values()) and report
     src = _cuda(mod, target)
     assert len(_kernels(src)) == 1 and ("tvm_builtin_cuda_grid_sync();" in src) == syncs
@@ -166,7 +180,7 @@ def test_global_kernels_compile(make, syncs):
 def test_bundled_bert_layer_compiles(target_name):
     target = tvm.target.Target(target_name)
     mod = from_onnx(get_model("bert_layer"))
-    report = dict(_scheduled(mod, target).attrs[REPORT_ATTR])
+    report = _stitch_rules(_scheduled(mod, target))
     assert report and all(v.startswith("stitched") for v in report.values())
     src = _cuda(mod, target)
     names = set(_kernels(src))

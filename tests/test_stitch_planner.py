@@ -14,8 +14,10 @@ from tvm_ext.stitch import (
     launch_config,
     plan_prim_func,
     row_mapping,
-    stitch_graph_passes,
 )
+from tvm_ext.driver import graph_passes
+from tvm_ext.select import plan_of
+from tvm_ext.stitch.plans import StitchKernelPlan
 from tvm_ext.stitch.locality import reads_same_row, row_split
 
 M, N = 256, 64
@@ -93,9 +95,12 @@ def test_figure9_schemes(v100):
 def test_figure9_through_relax(v100):
     """The Relax form (after legalization and stitching) gives the same plan."""
     target = tvm.target.Target("tvm_ext/a100")
-    mod = tvm.transform.Sequential(stitch_graph_passes(target))(figure7_relax())
+    mod = graph_passes("stitch", target)(figure7_relax())
     fused = [f for gv, f in mod.functions_items() if gv.name_hint.startswith("fused")]
     assert len(fused) == 1                                   # the whole subgraph is one stitch group
+    # the plan the kernel carries is the planner's on the final function (made on the candidate's own)
+    attached = plan_of(fused[0])
+    assert attached.to_json() == StitchKernelPlan("stitch", 1, plan_prim_func(fused[0], load_device("a100"))).to_json()
     plan = plan_prim_func(fused[0], v100)
     assert len(plan.dominants) == 2 and all(plan.graph.op(d).is_reduce for d in plan.dominants)
     by_kind = {plan.graph.op(n).kind + ("/heavy" if plan.graph.op(n).heavy else ""): s

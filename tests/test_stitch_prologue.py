@@ -15,18 +15,17 @@ import tvm_ext.tir as ttir
 from tvm_ext.graph import OpGraph
 from tvm_ext.hardware import load_device
 from tvm_ext.inspect.kernel_check import compile_cuda_source, nvcc_available
-from tvm_ext.pipeline import Preset, preset_pipeline
-from tvm_ext.stitch import REPORT_ATTR, stitch_graph_passes, stitch_schedule_passes
+from tvm_ext.driver import preset_pipeline
+from tvm_ext.select import SelectionContext, boundary_bytes
+from tvm_ext.stitch import StitchGenerator
 from tvm_ext.stitch.prologue import row_operand_read
-from tvm_ext.stitch.prologue_schedule import build_prologue_schedule, plan_prologue_tiles
-from tvm_ext.stitch.relax_pass import GROUPS_ATTR
+from tvm_ext.stitch.prologue_schedule import PrologueTiles, build_prologue_schedule, plan_prologue_tiles
 from tvm_ext.stitch.schedule import StitchScheduleError
 from tvm_ext.stitch.scope import stitch_scope
 from tvm_ext.testing.oracle import run_cpu
 
-from test_stitch_kernels import _module
+from test_stitch_kernels import _module, _scheduled, _stitch_rules
 
-STITCH = Preset("stitch", "test preset", ("stitch",), graph=stitch_graph_passes, schedule=stitch_schedule_passes)
 TARGETS = ["tvm_ext/a100", "tvm_ext/h100"]
 
 
@@ -99,13 +98,16 @@ def test_row_operand_read_on_a_batch_matmul():
     assert all(b is None for _, b in reads)
 
 
+def _context(mod) -> SelectionContext:
+    legal = _legalized(mod)
+    return SelectionContext(legal, "main", OpGraph.from_module(legal), load_device("h100"),
+                            tvm.target.Target("tvm_ext/h100"))
+
+
 def _prologue_func(mod):
-    target = tvm.target.Target("tvm_ext/h100")
-    with target:
-        fused = tvm.transform.Sequential(stitch_graph_passes(target))(mod)
-    names = [k for k, v in fused.attrs[GROUPS_ATTR].items() if v == "prologue"]
-    assert len(names) == 1
-    return fused[names[0]]
+    ctx = _context(mod)
+    (cand,) = [c for c in StitchGenerator().candidates(ctx) if c.plan.group == "prologue"]
+    return ctx.fused_function(cand.nodes)
 
 
 def test_tile_plan_fills_the_gpu_and_fits_shared_memory():
@@ -122,7 +124,9 @@ def test_builder_refuses_a_plain_gemm():
                              lambda a, b: relax.op.matmul(a, b)))
     func = next(f for _, f in mod.functions_items() if isinstance(f, tvm.tirx.PrimFunc))
     with pytest.raises(StitchScheduleError, match="row operand"):
-        build_prologue_schedule(func, load_device("h100"))
+        plan_prologue_tiles(func, load_device("h100"))
+    with pytest.raises(StitchScheduleError, match="row operand"):
+        build_prologue_schedule(func, PrologueTiles(8, 4, 32, 8, 8 * 64 * 4))
 
 
 @pytest.mark.parametrize("make", [lambda: attention(), lambda: norm_then_gemm()], ids=["attention", "norm-gemm"])
@@ -143,10 +147,10 @@ def test_fused_graph_matches_baseline_on_cpu(make):
 def test_prologue_kernel_is_one_kernel_with_shared_rows(make, target_name):
     target = tvm.target.Target(target_name)
     mod = make()
+    scheduled = _scheduled(mod, target)
     with target:
-        scheduled = tvm.transform.Sequential(stitch_graph_passes(target) + stitch_schedule_passes(target))(mod)
-        ex = tvm.compile(mod, target, relax_pipeline=preset_pipeline(STITCH, target), tir_pipeline=ttir.PIPELINE_NAME)
-    assert "stitched+gemm_prologue" in dict(scheduled.attrs[REPORT_ATTR]).values()
+        ex = tvm.compile(mod, target, relax_pipeline=preset_pipeline("stitch", target), tir_pipeline=ttir.PIPELINE_NAME)
+    assert "stitched+gemm_prologue" in _stitch_rules(scheduled).values()
     src = ex.mod.imports[0].imports[0].inspect_source()
     fused = [line for line in src.splitlines() if "__global__" in line and "{" in line and "matmul" in line
              and ("softmax" in line or "layer_norm" in line)]
@@ -158,33 +162,30 @@ def test_prologue_kernel_is_one_kernel_with_shared_rows(make, target_name):
 
 
 def test_candidates_offer_the_softmax_alone_and_inside_the_gemm():
-    from tvm_ext.stitch import plan_candidate, stitch_candidates
-    from tvm_ext.stitch.prologue_schedule import PrologueTiles
-
-    legal = _legalized(attention(heads=12))
-    graph = OpGraph.from_module(legal)
-    cands = stitch_candidates(graph)
-    kinds = {c.kind: c for c in cands}
+    ctx = _context(attention(heads=12))
+    kinds = {c.plan.group: c for c in StitchGenerator().candidates(ctx)}
     assert set(kinds) == {"single", "prologue"}
     alone, inside = kinds["single"], kinds["prologue"]
     assert set(alone.nodes) < set(inside.nodes)
-    assert inside.saved_bytes == 2 * 12 * 128 * 128 * 4          # the probabilities' round trip
-    tiles = plan_candidate(legal, inside, load_device("h100"))
-    assert isinstance(tiles, PrologueTiles) and tiles.rows_per_block == 8
+    gemm = set(inside.nodes) - set(alone.nodes)               # P @ V with its layout epilogue
+    separate = alone.global_bytes + boundary_bytes(ctx.graph, gemm)
+    assert separate - inside.global_bytes == 2 * 12 * 128 * 128 * 4      # the probabilities' round trip
+    assert isinstance(inside.plan.tiles, PrologueTiles) and inside.plan.tiles.rows_per_block == 8
+    assert inside.launch.grid == inside.plan.tiles.grid
 
 
 def test_a_refused_prologue_is_reported_and_still_builds(monkeypatch):
     """If the builder refuses a prologue group, dlight schedules it as separate kernels and the
     report says so; the module still compiles."""
     from tvm_ext.inspect import inspect
-    from tvm_ext.stitch import schedule_pass
+    from tvm_ext.stitch import generator
 
-    def refuse(func, device):
+    def refuse(func, tiles):
         raise StitchScheduleError("refused for the test")
 
-    monkeypatch.setattr(schedule_pass, "build_prologue_schedule", refuse)
+    monkeypatch.setattr(generator, "build_prologue_schedule", refuse)
     report = inspect(attention(), "tvm_ext/h100", "stitch")
-    found = [f for f in report.fallback_ops if f.kind == "stitch_fallback"]
+    found = [f for f in report.fallback_ops if f.kind == "marked"]
     assert len(found) == 1 and "refused for the test" in found[0].reason and "softmax" in found[0].op
     assert report.schedule_rules[found[0].op] == "Fallback"
     assert report.kernels > 3                       # the group's blocks run as several kernels

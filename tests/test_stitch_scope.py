@@ -7,14 +7,16 @@ import tvm
 from tvm import relax
 
 import tvm_ext
+from tvm_ext.driver import preset_pipeline
 from tvm_ext.frontend import from_onnx, random_inputs
 from tvm_ext.graph import OpGraph
+from tvm_ext.hardware import load_device
 from tvm_ext.models import get_model
-from tvm_ext.pipeline import Preset, preset_pipeline
-from tvm_ext.stitch import GROUPS_ATTR, StitchMemoryIntensive, stitch_candidates, stitch_graph_passes, stitch_scope
+from tvm_ext.select import GENERATOR_ATTR, SelectionContext, boundary_bytes, plan_of
+from tvm_ext.stitch import StitchGenerator, StitchMemoryIntensive, stitch_scope
 
-STITCH = Preset("stitch", "test preset: baseline with StitchMemoryIntensive", ("stitch",), graph=stitch_graph_passes)
 CPU = tvm.target.Target({"kind": "llvm"})
+H100 = tvm.target.Target("tvm_ext/h100")
 
 
 def _t(shape, dtype="float32"):
@@ -126,14 +128,16 @@ def test_layout_nodes_join_matmuls():
     assert len(prologue) == 1 and graph.nodes[prologue[0].nodes[0]].func_name == "softmax"
 
 
-def test_pass_emits_primitive_functions():
+def test_pass_emits_primitive_functions_with_plans():
     mod = _legalize(remote_graph())
-    out = StitchMemoryIntensive()(mod)
+    out = StitchMemoryIntensive(H100)(mod)
     prims = {gv.name_hint: f for gv, f in out.functions_items()
              if isinstance(f, relax.Function) and f.attrs is not None and "Primitive" in f.attrs}
-    kinds = {str(k): str(v) for k, v in out.attrs[GROUPS_ATTR].items()}
-    assert sorted(kinds.values()) == ["epilogue", "stitch"] and set(kinds) == set(prims)
-    stitched = prims[next(k for k, v in kinds.items() if v == "stitch")]
+    generators = {name: str(f.attrs[GENERATOR_ATTR]) for name, f in prims.items()}
+    assert sorted(generators.values()) == ["dlight", "stitch"]       # the remote group; m1 + its epilogue add
+    stitched = prims[next(k for k, v in generators.items() if v == "stitch")]
+    plan = plan_of(stitched)
+    assert plan.group == "stitch" and plan.parts == 2
     assert len(stitched.params) == 2                                  # x and y
     assert isinstance(stitched.ret_ty, relax.TupleType) and len(stitched.ret_ty.fields) == 2
     fused = relax.transform.FuseTIR()(out)
@@ -141,11 +145,16 @@ def test_pass_emits_primitive_functions():
                    for _, f in fused.functions_items())
 
 
-def test_candidates_report_traffic():
-    graph = OpGraph.from_module(_legalize(embedding_graph()))
-    (cand,) = stitch_candidates(graph)
-    assert cand.kind == "stitch" and len(cand.nodes) == 3
-    assert cand.unfused_bytes > cand.fused_bytes > 0 and cand.saved_bytes == cand.unfused_bytes - cand.fused_bytes
+def test_candidates_report_traffic_and_launch():
+    mod = _legalize(embedding_graph())
+    graph = OpGraph.from_module(mod)
+    ctx = SelectionContext(mod, "main", graph, load_device("h100"), H100)
+    (cand,) = StitchGenerator().candidates(ctx)
+    assert cand.plan.group == "stitch" and len(cand.nodes) == 3 and cand.generator == "stitch"
+    unfused = sum(graph.nodes[n].bytes_read + graph.nodes[n].bytes_written for n in cand.nodes)
+    # one stage, no global intermediates: the kernel moves its boundary tensors once
+    assert cand.global_bytes == boundary_bytes(graph, cand.nodes) < unfused
+    assert cand.launch.grid == cand.plan.stitch.grid and cand.launch.grid_syncs == 0
 
 
 def _run(mod, preset, args):
@@ -169,7 +178,7 @@ def _random_args(mod, rng):
 def test_synthetic_graphs_match_baseline_on_cpu(make):
     mod = make()
     args = _random_args(mod, np.random.default_rng(0))
-    for got, want in zip(_run(mod, STITCH, args), _run(mod, "baseline", args)):
+    for got, want in zip(_run(mod, "stitch", args), _run(mod, "baseline", args)):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
@@ -178,6 +187,6 @@ def test_bundled_models_match_baseline_on_cpu(name):
     mod = from_onnx(get_model(name))
     inputs = random_inputs(mod)
     args = list(inputs.values())
-    for got, want in zip(_run(mod, STITCH, args), _run(mod, "baseline", args)):
+    for got, want in zip(_run(mod, "stitch", args), _run(mod, "baseline", args)):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
     assert tvm_ext.get_preset("baseline").implemented

@@ -16,8 +16,9 @@ from test_stitch_kernels import figure7_module, layer_norm_module, long_rows_mod
     squeeze_excite_module
 from test_stitch_prologue import attention, norm_then_gemm
 from test_stitch_scope import embedding_graph, remote_graph
-from tvm_ext.stitch import stitch_graph_passes
-from tvm_ext.stitch.schedule_pass import planning_device, schedule_stitched
+from tvm_ext.driver import graph_passes
+from tvm_ext.driver.apply_plans import ApplyPlans
+from tvm_ext.hardware import device_from_target
 from tvm_ext.testing.thread_serial import call_inputs, compare_scheduled, serialize_threads
 from tvm_ext.tir import has_grid_sync
 
@@ -38,9 +39,11 @@ CASES = {
 def _stages(make):
     target = tvm.target.Target(TARGET)
     with target:
-        fused = tvm.transform.Sequential(stitch_graph_passes(target))(make())
-        scheduled, report = schedule_stitched(fused, planning_device(target))
-    return fused, scheduled, report
+        fused = graph_passes("stitch", target)(make())
+        scheduled = ApplyPlans(device_from_target(target), target)(fused)
+    from test_stitch_kernels import _stitch_rules
+
+    return fused, scheduled, _stitch_rules(scheduled)
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
@@ -84,13 +87,13 @@ def test_a_corrupted_schedule_fails_the_check():
 
 
 def test_schedule_stage_leaves_its_input_alone():
-    from tvm_ext.default_schedule import SafeDefaultSchedule
+    from tvm_ext.dlight import SafeDefaultSchedule
 
     target = tvm.target.Target(TARGET)
     with target:
-        fused = tvm.transform.Sequential(stitch_graph_passes(target))(attention())
+        fused = graph_passes("stitch", target)(attention())
         before = {gv.name_hint: tvm_ffi.structural_hash(f) for gv, f in fused.functions_items()}
-        stitched, _ = schedule_stitched(fused, planning_device(target))
+        stitched = ApplyPlans(device_from_target(target), target)(fused)
         SafeDefaultSchedule()(fused)
     assert {gv.name_hint: tvm_ffi.structural_hash(f) for gv, f in fused.functions_items()} == before
     assert {gv.name_hint: tvm_ffi.structural_hash(f) for gv, f in stitched.functions_items()} != before

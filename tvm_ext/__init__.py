@@ -39,8 +39,7 @@ _LOG = logging.getLogger(__name__)
 RUNTIME_ONLY = os.environ.get("TVM_USE_RUNTIME_LIB", "0") not in ("", "0")
 
 if not RUNTIME_ONLY:
-    from .hardware import DeviceSpec, device_from_target, list_devices, load_device, register_target_tags
-    from .pipeline import (
+    from .driver import (
         DEFAULT_PRESET,
         Preset,
         compile,
@@ -48,9 +47,12 @@ if not RUNTIME_ONLY:
         graph_passes,
         list_presets,
         preset_pipeline,
+        register_builtin_presets,
         register_pipelines,
         use_preset,
     )
+    from .hardware import (DEFAULT_TARGET, DeviceSpec, device_from_target, list_devices, load_device,
+                           register_target_tags)
 
 
 def _register() -> None:
@@ -59,6 +61,7 @@ def _register() -> None:
     from .tir import register_tir_pipeline
 
     register_target_tags()
+    register_builtin_presets()
     register_pipelines()
     register_tir_pipeline()  # "tvm_ext": s_tir + launch bounds + cooperative launch
 
@@ -67,7 +70,7 @@ _register()
 _INITIALIZING = False
 
 __all__ = [
-    "errors", "TvmExtError", "DeviceSpec", "device_from_target", "list_devices", "load_device",
+    "errors", "TvmExtError", "DEFAULT_TARGET", "DeviceSpec", "device_from_target", "list_devices", "load_device",
     "DEFAULT_PRESET", "Preset", "compile", "get_preset", "graph_passes", "list_presets",
     "preset_pipeline", "use_preset", "__version__",
 ]

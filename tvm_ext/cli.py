@@ -185,7 +185,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
 
 
 def _cmd_presets(_args: argparse.Namespace) -> int:
-    from .pipeline import list_presets
+    from .driver import list_presets
 
     presets = list_presets()
     width = max(len(p.name) for p in presets)

@@ -218,8 +218,8 @@ def build_bundle(models: Sequence[ModelSource], out: str | Path, *, presets: Seq
     """
     import tvm  # noqa: PLC0415
 
-    from ..inspect import resolve_target  # noqa: PLC0415
-    from ..pipeline import get_preset  # noqa: PLC0415
+    from ..hardware import resolve_target  # noqa: PLC0415
+    from ..driver import get_preset  # noqa: PLC0415
 
     if not models:
         raise BenchError("no models to build")

@@ -1,23 +1,20 @@
 """Compile one prepared model with one preset and export it: one :class:`BuildEntry`.
 
-GPU targets go through :func:`tvm_ext.inspect.inspect` (the preset's stages, kernel
-launches, fused groups, modelled traffic and roofline from the report). CPU (``llvm``)
-targets, used to test bundles without a GPU, run the preset's graph stage and TVM's
-``default_build`` lowering; their ``kernels`` are the PrimFunc calls of one inference.
-With ``cuda_graph`` the build sets ``relax.backend.use_cuda_graph`` (TVM's
-``RewriteCUDAGraph`` then captures the static parts of ``main`` into CUDA graphs).
+Both kinds of target go through the one driver (:func:`tvm_ext.driver.build`). GPU targets
+then get the report (:func:`tvm_ext.inspect.report_from_stages`: kernel launches of every
+generator, modelled traffic and roofline); CPU (``llvm``) targets, used to test bundles without
+a GPU, count the PrimFunc calls of one inference as their ``kernels``. With ``cuda_graph`` the
+build sets ``relax.backend.use_cuda_graph`` (TVM's ``RewriteCUDAGraph`` then captures the static
+parts of ``main`` into CUDA graphs).
 """
 from __future__ import annotations
 
-import contextlib
 import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 import tvm
-from tvm import relax
 
 from ..errors import TvmExtError
 from .cuda_build import NVCC_SECONDS, check_device_code
@@ -26,7 +23,6 @@ from .prepare import PreparedModel
 
 log = logging.getLogger(__name__)
 
-CUDA_GRAPH_CONFIG = "relax.backend.use_cuda_graph"
 
 
 @dataclass
@@ -48,20 +44,6 @@ def library_name(model: str, system: str) -> str:
     return f"lib/{model}__{system.replace('+', '_')}.so"
 
 
-@contextlib.contextmanager
-def _pass_config(cuda_graph: bool) -> Iterator[None]:
-    if not cuda_graph:
-        yield
-        return
-    current = tvm.transform.PassContext.current()
-    with tvm.transform.PassContext(opt_level=current.opt_level, config={CUDA_GRAPH_CONFIG: True}):
-        yield
-
-
-def _is_gpu(target: tvm.target.Target) -> bool:
-    return "gpu" in list(target.keys)
-
-
 def build_system(prepared: PreparedModel, preset: str, target: tvm.target.Target, bundle: Path, *,
                  cuda_graph: bool = False) -> tuple[BuildEntry, ModelCost | None]:
     """Compile ``prepared`` with ``preset`` for ``target``, export it into ``bundle``.
@@ -77,11 +59,14 @@ def build_system(prepared: PreparedModel, preset: str, target: tvm.target.Target
     NVCC_SECONDS.clear()
     start = time.perf_counter()
     try:
-        with _pass_config(cuda_graph):
-            if _is_gpu(target):
-                cost = _build_gpu(prepared, preset, target, entry, path)
-            else:
-                cost = _build_cpu(prepared, preset, target, entry, path)
+        from ..driver import build  # noqa: PLC0415
+        from ..hardware import is_gpu_target  # noqa: PLC0415
+
+        stages = build(prepared.mod, target, preset, cuda_graph=cuda_graph)
+        if is_gpu_target(target):
+            cost = _export_gpu(stages, prepared, entry, path)
+        else:
+            cost = _export_cpu(stages, prepared, entry, path)
     except (RuntimeError, ValueError, TypeError, AttributeError, AssertionError, IndexError, KeyError,
             TvmExtError) as err:
         # what TVM's passes raise through the FFI (dlight asserts), and ours (bad preset, source embedded):
@@ -97,13 +82,11 @@ def build_system(prepared: PreparedModel, preset: str, target: tvm.target.Target
     return entry, cost
 
 
-def _build_gpu(prepared: PreparedModel, preset: str, target: tvm.target.Target, entry: BuildEntry,
-               path: Path) -> ModelCost:
-    from ..inspect import inspect  # noqa: PLC0415
+def _export_gpu(stages, prepared: PreparedModel, entry: BuildEntry, path: Path) -> ModelCost:
+    from ..inspect import report_from_stages  # noqa: PLC0415
+    from ..toolchain import export_library  # noqa: PLC0415 - adds -lcudart when CUTLASS code is inside
 
-    report = inspect(prepared.mod, target, preset)
-    from ..cutlass import export_library  # noqa: PLC0415 - adds -lcudart when CUTLASS code is inside
-
+    report = report_from_stages(stages, model_name=prepared.source.name)
     export_library(report.executable, path)
     entry.device_code = check_device_code(path)
     entry.kernels = int(report.kernels)
@@ -114,37 +97,21 @@ def _build_gpu(prepared: PreparedModel, preset: str, target: tvm.target.Target, 
     return ModelCost(int(report.flops), int(report.min_traffic_bytes), str(report.dtype))
 
 
-def _build_cpu(prepared: PreparedModel, preset: str, target: tvm.target.Target, entry: BuildEntry,
-               path: Path) -> ModelCost:
+def _export_cpu(stages, prepared: PreparedModel, entry: BuildEntry, path: Path) -> ModelCost:
     from ..analysis import group_traffic_default  # noqa: PLC0415
     from ..graph import OpGraph  # noqa: PLC0415
     from ..inspect import primfunc_calls  # noqa: PLC0415
-    from ..pipeline import get_preset  # noqa: PLC0415
 
-    p = get_preset(preset)
-    passes = p.graph(target)
-    names = [x.info.name for x in passes]
-    cut = names.index("FuseTIR") if "FuseTIR" in names else len(passes)
-    stages: dict[str, float] = {}
-    with target:
-        t0 = time.perf_counter()
-        fused_ops = tvm.transform.Sequential(passes[:cut])(prepared.mod)
-        graph = tvm.transform.Sequential(passes[cut:])(fused_ops) if passes[cut:] else fused_ops
-        lowered = relax.get_pipeline("default_build")(graph)
-        stages["pipeline"] = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        executable = tvm.compile(lowered, target, relax_pipeline=None)
-        stages["build"] = time.perf_counter() - t0
-    executable.export_library(str(path))
+    stages.executable.export_library(str(path))
     entry.device_code = "host"
-    calls = primfunc_calls(lowered, "main")
+    calls = primfunc_calls(stages.lowered, "main")
     entry.kernels = int(sum(calls.values()))
     entry.distinct_kernels = len(calls)
-    entry.stage_s = {k: round(v, 3) for k, v in stages.items()}
-    opgraph = OpGraph.from_module(fused_ops)
+    entry.stage_s = {k: round(v, 3) for k, v in stages.stage_seconds.items()}
+    opgraph = OpGraph.from_module(stages.fused_ops)
     every = list(range(len(opgraph.nodes)))
     least = int(group_traffic_default(opgraph, every)) if every else 0
     return ModelCost(int(sum(n.flops for n in opgraph.nodes)), least, prepared.dtype)
 
 
-__all__ = ["CUDA_GRAPH_CONFIG", "ModelCost", "system_name", "library_name", "build_system"]
+__all__ = ["ModelCost", "system_name", "library_name", "build_system"]

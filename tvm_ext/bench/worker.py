@@ -103,7 +103,7 @@ def build_model(source: ModelSource, job: BuildJob, target) -> ModelEntry:
 
 def run_jobs(job: BuildJob, progress: Callable[[str], None] | None = None) -> list[ModelEntry]:
     """Build every model of ``job``, appending each entry to ``job.entries_file``."""
-    from ..inspect import resolve_target  # noqa: PLC0415
+    from ..hardware import resolve_target  # noqa: PLC0415
 
     target = resolve_target(job.target)
     if target.kind.name == "cuda":

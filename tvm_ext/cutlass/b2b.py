@@ -20,11 +20,13 @@ from tvm.relax.dpl import is_op, wildcard
 from tvm.relax.transform import FusionPattern, PatternCheckContext
 
 from . import checks
-from .database import Database, dtype_key
+from ..select.database import Database
+from .records import best_config
 from .epilogue import Epilogue
 from .errors import CutlassCodegenError
 from .patterns import CODEGEN_NAME
-from .workload import ROLE_A, ROLE_B, ROLE_BIAS, ROLE_SCALAR, GemmWorkload
+from .patterns import CompositeName
+from .workload import ROLE_A, ROLE_B, ROLE_BIAS, ROLE_SCALAR, GemmWorkload, register_parser
 
 B2B_NAME = f"{CODEGEN_NAME}.b2b_gemm"
 ROLE_B1, ROLE_BIAS1 = "b1", "bias1"
@@ -61,6 +63,17 @@ class B2bGemmWorkload(B2bEpilogueMixin):
 
     op = "b2b_gemm"
     kind = "b2b_gemm"
+    batch = 1
+
+    @property
+    def gemm_mnk(self) -> tuple[int, int, int]:
+        """M, N, K of the first GEMM."""
+        return self.m, self.n0, self.k0
+
+    @property
+    def flops(self) -> int:
+        """Both GEMMs."""
+        return 2 * self.m * (self.n0 * self.k0 + self.n1 * self.n0)
 
     def key(self) -> str:
         return f"b2b_gemm_m{self.m}_n{self.n0}_k{self.k0}_n{self.n1}"
@@ -96,7 +109,7 @@ def b2b_pattern() -> tuple:
     return root, ann
 
 
-def b2b_reject_reason(ann, database: Database | None, arch: str, matched_expr=None, bindings=None,
+def b2b_reject_reason(ann, database: Database | None, device: str, arch: str, matched_expr=None, bindings=None,
                       usages=None) -> str | None:
     """Why a b2b match must not be fused (None if it may)."""
     for g, a, b, t in (("g0", "x", "w0", "t0"), ("g1", "s0", "w1", "t1")):
@@ -116,21 +129,18 @@ def b2b_reject_reason(ann, database: Database | None, arch: str, matched_expr=No
         leaks = checks.leaking_intermediates(matched_expr, bindings, usages)
         if leaks:
             return f"intermediate values {leaks} are used outside the fused group"
-    return profitability_reason(wl, database, arch)
+    return profitability_reason(wl, database, device, arch)
 
 
-def profitability_reason(wl: B2bGemmWorkload, database: Database | None, arch: str) -> str | None:
-    """None when the database shows the fused kernel beating the two unfused ones."""
-    if database is None:
-        return "no measurements (b2b fusion is chosen only by profiling)"
-    dt = dtype_key(wl.dtype, wl.dtype)
-    fused = database.lookup(wl.key(), dt, arch)
-    parts = [database.lookup(g.key(), dt, arch) for g in wl.parts()]
+def profitability_reason(wl, database: Database | None, device: str, arch: str) -> str | None:
+    """None when measurements on ``device`` show the fused kernel beating the two unfused ones."""
+    fused = best_config(database, wl, device, arch)
+    parts = [best_config(database, g, device, arch) for g in wl.parts()]
     if fused is None or any(p is None for p in parts):
         return "no measurements (b2b fusion is chosen only by profiling)"
-    unfused = sum(p.latency_us for p in parts)
-    if fused.latency_us >= unfused:
-        return f"fused {fused.latency_us:.2f} us is not faster than unfused {unfused:.2f} us"
+    unfused = sum(p[1] for p in parts)
+    if fused[1] >= unfused:
+        return f"fused {fused[1] * 1e6:.2f} us is not faster than unfused {unfused * 1e6:.2f} us"
     return None
 
 
@@ -146,18 +156,18 @@ def _workload(ann) -> B2bGemmWorkload:
     return B2bGemmWorkload(m, n0, k0, n1, checks.dtype_of(ann["x"]), act)
 
 
-def b2b_patterns(database: Database | None, arch: str) -> list[FusionPattern]:
-    """The b2b FusionPattern whose check consults ``database`` for ``arch``."""
+def b2b_patterns(database: Database | None, device: str, arch: str) -> list[FusionPattern]:
+    """The b2b FusionPattern whose check consults ``database`` for ``device`` and ``arch``."""
     root, ann = b2b_pattern()
 
     def check(ctx: PatternCheckContext) -> bool:
-        return b2b_reject_reason(ctx.annotated_expr, database, arch, ctx.matched_expr, ctx.matched_bindings,
-                                 ctx.var_usages) is None
+        return b2b_reject_reason(ctx.annotated_expr, database, device, arch, ctx.matched_expr,
+                                 ctx.matched_bindings, ctx.var_usages) is None
 
     return [FusionPattern(B2B_NAME, root, ann, check)]
 
 
-def b2b_from_composite(inner: relax.Function) -> tuple[B2bGemmWorkload, dict]:
+def b2b_from_composite(comp: CompositeName, inner: relax.Function) -> tuple[B2bGemmWorkload, dict]:
     """Workload and parameter roles of a ``b2b_gemm`` composite function."""
     values = {b.var: b.value for block in inner.body.blocks for b in block.bindings}
     calls = [v for v in values.values() if isinstance(v, relax.Call) and isinstance(v.op, tvm.ir.Op)]
@@ -172,3 +182,6 @@ def b2b_from_composite(inner: relax.Function) -> tuple[B2bGemmWorkload, dict]:
     ann = {"x": x, "w0": w0, "w1": w1, "root": inner.body.body if not isinstance(inner.body.body, relax.Var)
            else values[inner.body.body]}
     return _workload(ann), roles
+
+
+register_parser("b2b_gemm", b2b_from_composite)

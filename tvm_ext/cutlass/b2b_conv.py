@@ -21,11 +21,12 @@ from tvm.relax.transform import FusionPattern, PatternCheckContext
 
 from . import checks
 from .b2b import B2B_ACTIVATIONS, ROLE_B1, ROLE_BIAS1, B2bEpilogueMixin, profitability_reason
-from .database import Database
+from ..select.database import Database
 from .epilogue import Epilogue
 from .errors import CutlassCodegenError
 from .patterns import CODEGEN_NAME
-from .workload import ROLE_A, ROLE_B, ROLE_BIAS, ROLE_SCALAR, Conv2dWorkload
+from .patterns import CompositeName
+from .workload import ROLE_A, ROLE_B, ROLE_BIAS, ROLE_SCALAR, Conv2dWorkload, register_parser
 
 B2B_CONV_NAME = f"{CODEGEN_NAME}.b2b_conv2d"
 MAX_K0, MAX_K1 = 128, 256
@@ -52,6 +53,18 @@ class B2bConv2dWorkload(B2bEpilogueMixin):
 
     op = "b2b_conv2d"
     kind = "b2b_conv2d"
+    batch = 1
+
+    @property
+    def gemm_mnk(self) -> tuple[int, int, int]:
+        """M, N, K of the first convolution as an implicit GEMM."""
+        return self.n * self.p * self.q, self.k0, self.r * self.s * self.c
+
+    @property
+    def flops(self) -> int:
+        """Both convolutions."""
+        m, n0, k0 = self.gemm_mnk
+        return 2 * m * (n0 * k0 + self.k1 * n0)
 
     @property
     def n0(self) -> int:
@@ -111,7 +124,7 @@ def _workload(ann) -> B2bConv2dWorkload:
                              k1, checks.dtype_of(ann["x"]), act)
 
 
-def b2b_conv_reject_reason(ann, database: Database | None, arch: str, matched_expr=None, bindings=None,
+def b2b_conv_reject_reason(ann, database: Database | None, device: str, arch: str, matched_expr=None, bindings=None,
                            usages=None) -> str | None:
     """Why a b2b conv match must not be fused (None if it may)."""
     for conv, data, weight in (("c0", "x", "w0"), ("c1", "a0", "w1")):
@@ -138,21 +151,21 @@ def b2b_conv_reject_reason(ann, database: Database | None, arch: str, matched_ex
         leaks = checks.leaking_intermediates(matched_expr, bindings, usages)
         if leaks:
             return f"intermediate values {leaks} are used outside the fused group"
-    return profitability_reason(wl, database, arch)
+    return profitability_reason(wl, database, device, arch)
 
 
-def b2b_conv_patterns(database: Database | None, arch: str) -> list[FusionPattern]:
-    """The b2b conv FusionPattern whose check consults ``database`` for ``arch``."""
+def b2b_conv_patterns(database: Database | None, device: str, arch: str) -> list[FusionPattern]:
+    """The b2b conv FusionPattern whose check consults ``database`` for ``device`` and ``arch``."""
     root, ann = b2b_conv_pattern()
 
     def check(ctx: PatternCheckContext) -> bool:
-        return b2b_conv_reject_reason(ctx.annotated_expr, database, arch, ctx.matched_expr,
+        return b2b_conv_reject_reason(ctx.annotated_expr, database, device, arch, ctx.matched_expr,
                                       ctx.matched_bindings, ctx.var_usages) is None
 
     return [FusionPattern(B2B_CONV_NAME, root, ann, check)]
 
 
-def b2b_conv_from_composite(inner: relax.Function) -> tuple[B2bConv2dWorkload, dict]:
+def b2b_conv_from_composite(comp: CompositeName, inner: relax.Function) -> tuple[B2bConv2dWorkload, dict]:
     """Workload and parameter roles of a ``b2b_conv2d`` composite function."""
     values = {b.var: b.value for block in inner.body.blocks for b in block.bindings}
     calls = [v for v in values.values() if isinstance(v, relax.Call) and isinstance(v.op, tvm.ir.Op)]
@@ -167,3 +180,6 @@ def b2b_conv_from_composite(inner: relax.Function) -> tuple[B2bConv2dWorkload, d
     body = inner.body.body
     root = values[body] if isinstance(body, relax.Var) and body in values else body
     return _workload({"x": x, "w0": w0, "w1": w1, "c0": convs[0], "root": root}), roles
+
+
+register_parser("b2b_conv2d", b2b_conv_from_composite)

@@ -17,13 +17,10 @@ of the last wave of CTAs that does work (``tiles / (ceil(tiles / SMs) * SMs)``),
 from __future__ import annotations
 
 import math
-from typing import Union
 
 from ..hardware import DeviceSpec
 from .config import API_2X, API_3X, KernelConfig
-from .workload import Conv2dWorkload, GemmWorkload
-
-Workload = Union[GemmWorkload, Conv2dWorkload]
+from .workload import Workload
 
 #: (threadblock, warp_count, stages) for Sm80 16-bit tensor-op kernels (instruction 16x8x16).
 SM80_TILES: tuple[tuple[tuple[int, int, int], tuple[int, int, int], int], ...] = (
@@ -52,23 +49,19 @@ def arch_number(arch: str) -> int:
     return int(digits)
 
 
-def _gemm_shape(wl: Workload) -> tuple[int, int, int]:
-    return wl.gemm_mnk if isinstance(wl, Conv2dWorkload) else (wl.m, wl.n, wl.k)
-
-
 def _smem_bytes(tb: tuple[int, int, int], stages: int, bits: int) -> int:
     return stages * (tb[0] * tb[2] + tb[1] * tb[2]) * bits // 8
 
 
 def _fits(wl: Workload, tb: tuple[int, int, int]) -> bool:
     """Prune threadblocks much larger than the problem (Bolt guideline iii)."""
-    m, n, _ = _gemm_shape(wl)
+    m, n, _ = wl.gemm_mnk
     return tb[0] <= max(64, 2 * m) and tb[1] <= max(64, 2 * n)
 
 
 def uses_3x(wl: Workload, arch: str) -> bool:
     """Whether sm_90a 3.x kernels apply: Hopper target, GEMM, and all operands 16-byte aligned."""
-    if not arch.endswith("a") or arch_number(arch) != 90 or isinstance(wl, Conv2dWorkload):
+    if not arch.endswith("a") or arch_number(arch) != 90 or wl.kind != "gemm":
         return False
     full = [128 // bits for bits in (16, 16, 32 if wl.final_dtype == "float32" else 16)]
     return list(wl.max_alignment) == full
@@ -79,7 +72,7 @@ def _may_split_k(wl: Workload) -> bool:
 
     The bias + residual (broadcast) epilogue would add its bias once per K slice.
     """
-    return isinstance(wl, GemmWorkload) and wl.batch == 1 and wl.epilogue.source != "bias_residual"
+    return wl.kind == "gemm" and wl.batch == 1 and wl.epilogue.source != "bias_residual"
 
 
 def candidates(wl: Workload, arch: str, device: DeviceSpec) -> list[KernelConfig]:
@@ -95,8 +88,8 @@ def candidates(wl: Workload, arch: str, device: DeviceSpec) -> list[KernelConfig
             warps = (2, 1, 1) if schedule == "cooperative" else (1, 1, 1)
             out.append(KernelConfig(API_3X, tile, warps, (64, tile[1], 16), 0, alignment=align,
                                     cluster=cluster, schedule=schedule))
-    m, n, k = _gemm_shape(wl)
-    swizzles = (4,) if isinstance(wl, Conv2dWorkload) else (8, 1)
+    m, n, k = wl.gemm_mnk
+    swizzles = (4,) if wl.kind == "conv2d" else (8, 1)
     for tb, warps, stages in SM80_TILES:
         if not _fits(wl, tb) or _smem_bytes(tb, stages, 16) > device.max_shared_memory_per_block_optin:
             continue
@@ -115,9 +108,9 @@ def candidates(wl: Workload, arch: str, device: DeviceSpec) -> list[KernelConfig
 
 def score(wl: Workload, cfg: KernelConfig, device: DeviceSpec) -> float:
     """Heuristic quality of a candidate (higher is better); see the module docstring."""
-    m, n, _ = _gemm_shape(wl)
+    m, n, _ = wl.gemm_mnk
     tbm, tbn, _ = cfg.threadblock
-    batch = wl.batch if isinstance(wl, GemmWorkload) else 1
+    batch = wl.batch
     tiles_m, tiles_n = math.ceil(m / tbm), math.ceil(n / tbn)
     tiles = tiles_m * tiles_n * batch * cfg.split_k
     util = (m / (tiles_m * tbm)) * (n / (tiles_n * tbn))

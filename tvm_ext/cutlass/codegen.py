@@ -1,14 +1,17 @@
 """The BYOC codegen ``relax.ext.tvm_ext_cutlass`` run by ``relax.transform.RunCodegen``.
 
-For the functions it receives it: reads each workload, picks a kernel configuration (database
-record for (workload, dtype, arch), else the heuristic default), emits one CUDA translation
-unit per distinct instance (cutlass_library) and one host glue unit with the TVM-FFI functions,
-compiles them (nvcc / g++, in parallel, cached), merges the objects with ``ld -r`` and returns
-a ``static_library`` module so ``export_library`` carries the code into the final ``.so``.
+For the functions it receives it: reads each workload, takes the kernel configuration of the
+plan the function carries (:data:`~tvm_ext.select.attrs.PLAN_ATTR`, set by the cutlass generator
+when the candidate was selected; a function partitioned without the spine gets
+:func:`choose_config`'s: the fastest measured configuration, else the heuristic default), emits
+one CUDA translation unit per distinct instance (cutlass_library) and one host glue unit with the
+TVM-FFI functions, compiles them (nvcc / g++, in parallel, cached), merges the objects with
+``ld -r`` and returns a ``static_library`` module so ``export_library`` carries the code into
+the final ``.so``.
 
 Options (``RunCodegen(target_options={"tvm_ext_cutlass": {...}})``): ``arch`` (``"sm_80"``,
-``"sm_90a"``, ...; default ``"sm_80"``), ``device`` (device name for the heuristic), and
-``database`` (path of a JSON-lines database; empty for none).
+``"sm_90a"``, ...; default ``"sm_80"``), ``device`` (device name, default: the device the target
+policy gives for the arch), and ``database`` (path of a JSON-lines database; empty for none).
 """
 from __future__ import annotations
 
@@ -23,23 +26,31 @@ import tvm
 import tvm_ffi
 
 from ..errors import UnknownDeviceError
-from ..hardware import DeviceSpec, load_device
-from .b2b import B2bGemmWorkload
-from .b2b_conv import B2bConv2dWorkload
+from ..hardware import DeviceSpec, device_from_target, load_device
+from ..select.database import Database
+from ..select.plan import PlanError, plan_of
 from .candidates import arch_number, heuristic_config
 from .config import API_3X, KernelConfig
-from .database import Database, dtype_key
 from .emit_b2b import b2b_candidates, emit_b2b_conv2d, emit_b2b_gemm
 from .emit_conv import emit_conv2d
 from .emit_gemm import emit_gemm
 from .errors import CutlassCodegenError
 from .nvcc import cache_dir, compile_many, link_relocatable
 from .patterns import CODEGEN_NAME
+from .records import best_config
 from .wrapper import compile_glue, emit_glue
-from .workload import Conv2dWorkload, Offload, workload_from_function
+from .workload import Offload, workload_from_function
 
 _LOG = logging.getLogger(__name__)
-_ARCH_DEVICE = {80: "a100", 86: "rtx3090", 90: "h100"}
+#: Workload kinds fused only with measurements (their default is the first register-file variant).
+FUSED_KINDS = ("b2b_gemm", "b2b_conv2d")
+#: kind -> ``emit(workload, config, entry) -> CUDA source`` of the instance.
+EMITTERS = {
+    "gemm": lambda wl, cfg, entry: emit_gemm(wl, cfg, 90 if cfg.api == API_3X else 80, entry),
+    "conv2d": emit_conv2d,
+    "b2b_gemm": emit_b2b_gemm,
+    "b2b_conv2d": emit_b2b_conv2d,
+}
 
 
 @dataclass(frozen=True)
@@ -58,25 +69,24 @@ class Kernel:
 
 
 def device_for(arch: str, device: str | None = None) -> DeviceSpec:
-    """The device description used by the heuristic (named device, else one per arch)."""
-    if device:
-        return load_device(device)
-    num = arch_number(arch)
-    name = _ARCH_DEVICE.get(num) or _ARCH_DEVICE[max(a for a in _ARCH_DEVICE if a <= num)]
+    """The device the configuration is chosen for: the named one, else what the target policy
+    (:func:`tvm_ext.hardware.device_from_target`) gives for ``arch``."""
     try:
-        return load_device(name)
+        if device:
+            return load_device(device)
+        return device_from_target({"kind": "cuda", "arch": arch})
     except UnknownDeviceError as err:
         raise CutlassCodegenError(f"no device description for {arch}: {err}") from err
 
 
-def choose_config(off: Offload, arch: str, device: DeviceSpec, database: Database | None) -> tuple[KernelConfig, bool]:
-    """Database record if present (and valid for this arch), else the heuristic default."""
-    wl = off.workload
-    if database is not None:
-        rec = database.lookup(wl.key(), dtype_key(wl.dtype, wl.final_dtype), arch)
-        if rec is not None:
-            return rec.config, True
-    if isinstance(wl, (B2bGemmWorkload, B2bConv2dWorkload)):  # fused only with a record; else the first RF variant
+def choose_config(wl, arch: str, device: DeviceSpec, database: Database | None) -> tuple[KernelConfig, bool]:
+    """The fastest configuration measured on ``device`` that builds for ``arch``, else the
+    heuristic default (a back-to-back pair: its first register-file variant); also whether it
+    came from a measurement."""
+    measured = best_config(database, wl, device.name, arch)
+    if measured is not None:
+        return measured[0], True
+    if wl.kind in FUSED_KINDS:
         cands = b2b_candidates(wl)
         if not cands:
             raise CutlassCodegenError(f"no back-to-back configuration for {wl.key()}")
@@ -94,11 +104,11 @@ def instance_key(wl, cfg: KernelConfig) -> str:
     batch count and split-K slices are runtime arguments of the launcher.
     """
     tile = dataclasses.replace(cfg, split_k=1).name().replace("_k1_", "_")
-    if isinstance(wl, (B2bGemmWorkload, B2bConv2dWorkload)):  # N0 and N1 are threadblock N of the two GEMMs
+    if wl.kind in FUSED_KINDS:  # N0 and N1 are threadblock N of the two GEMMs
         return f"{wl.kind}|{wl.dtype}|bias_relu,bias_{wl.activation1}|{tile}|sm80"
     kernel_arch = 90 if cfg.api == API_3X else 80
     ep = wl.epilogue.suffix.strip("_") or "plain"
-    if isinstance(wl, Conv2dWorkload):
+    if wl.kind == "conv2d":
         stride = "unit" if wl.stride == (1, 1) else "strided"
         return f"conv2d_fprop|{wl.dtype}->{wl.final_dtype}|nhwc|{ep}|stride={stride}|{tile}|sm{kernel_arch}"
     return (f"gemm|{wl.dtype}->{wl.out_dtype}->{wl.final_dtype}|a=row,b={wl.layout_b}|{ep}|{tile}"
@@ -110,15 +120,7 @@ def kernel_for(off: Offload, cfg: KernelConfig, arch: str, from_db: bool = False
     wl = off.workload
     key = instance_key(wl, cfg)
     entry = "tvm_ext_cutlass_" + hashlib.sha1(key.encode()).hexdigest()[:16]
-    if isinstance(wl, B2bGemmWorkload):
-        source = emit_b2b_gemm(wl, cfg, entry)
-    elif isinstance(wl, B2bConv2dWorkload):
-        source = emit_b2b_conv2d(wl, cfg, entry)
-    elif isinstance(wl, Conv2dWorkload):
-        source = emit_conv2d(wl, cfg, entry)
-    else:
-        source = emit_gemm(wl, cfg, 90 if cfg.api == API_3X else 80, entry)
-    return Kernel(entry, cfg, source, from_db, key)
+    return Kernel(entry, cfg, EMITTERS[wl.kind](wl, cfg, entry), from_db, key)
 
 
 def build_static_library(offloads: Sequence[Offload], kernels: Sequence[Kernel], arch: str,
@@ -136,6 +138,15 @@ def build_static_library(offloads: Sequence[Offload], kernels: Sequence[Kernel],
     return tvm.runtime.load_static_library(str(merged), [o.symbol for o in offloads])
 
 
+def _planned_config(func) -> KernelConfig | None:
+    """The configuration of the plan ``func`` carries (None without a plan)."""
+    try:
+        plan = plan_of(func)
+    except PlanError as err:
+        raise CutlassCodegenError(f"unreadable plan on a CUTLASS function: {err}") from None
+    return None if plan is None else plan.config
+
+
 def plan_kernels(funcs: Sequence, options: Mapping | None = None) -> tuple[list[Offload], list[Kernel]]:
     """Workloads and emitted kernels for partitioned functions, without compiling anything."""
     opts = dict(options or {})
@@ -148,8 +159,13 @@ def plan_kernels(funcs: Sequence, options: Mapping | None = None) -> tuple[list[
     offloads, kernels = [], []
     for func in funcs:
         off = workload_from_function(func)
-        cfg, from_db = choose_config(off, arch, device, database)
-        _LOG.info("%s: %s -> %s (%s)", off.symbol, off.composite, cfg.name(), "database" if from_db else "heuristic")
+        planned = _planned_config(func)
+        if planned is not None:
+            cfg, from_db, why = planned, False, "plan"
+        else:
+            cfg, from_db = choose_config(off.workload, arch, device, database)
+            why = "database" if from_db else "heuristic"
+        _LOG.info("%s: %s -> %s (%s)", off.symbol, off.composite, cfg.name(), why)
         offloads.append(off)
         kernels.append(kernel_for(off, cfg, arch, from_db))
     return offloads, kernels

@@ -14,6 +14,3 @@ class CutlassCodegenError(TvmExtError):
 class CutlassSetupError(TvmExtError):
     """The ``nvidia-cutlass`` package (headers, ``cutlass_library``) or nvcc is missing."""
 
-
-class CutlassDatabaseError(TvmExtError):
-    """A tuning database file is malformed."""

@@ -1,9 +1,13 @@
-"""The offload stage of the ``cutlass`` preset: NHWC conversion, channel padding, partition, RunCodegen.
+"""CUTLASS offload as passes: NHWC conversion, channel padding, partition, RunCodegen.
 
-``offload_passes(target)`` runs BEFORE the baseline graph passes. Convolutions that CUTLASS may
-take are converted to NHWC/OHWI with one ``ConvertLayout`` over the whole function, so layout
-transposes appear only where NCHW tensors enter or leave the NHWC region (model input and
-output), never around each convolution; weight transposes of constants are folded.
+The ``cutlass`` preset runs the first two as the generator's preparation passes
+(:class:`~tvm_ext.cutlass.generator.CutlassGenerator`) and chooses offloads by selection;
+:func:`offload_passes` is the technique as a pass list usable alone, before legalization
+(partition every match, each with :func:`~tvm_ext.cutlass.codegen.choose_config`'s
+configuration). Convolutions that CUTLASS may take are converted to NHWC/OHWI with one
+``ConvertLayout`` over the whole function, so layout transposes appear only where NCHW tensors
+enter or leave the NHWC region (model input and output), never around each convolution; weight
+transposes of constants are folded.
 """
 from __future__ import annotations
 
@@ -14,29 +18,35 @@ from pathlib import Path
 import tvm
 from tvm import relax
 
-from ..hardware import config_dir
+from ..errors import UnknownDeviceError
+from ..hardware import device_from_target
+from ..select.database import DATABASE_ENV, Database
 from .b2b import b2b_patterns
 from .b2b_conv import b2b_conv_patterns
 from .candidates import arch_number
-from .database import Database
 from .checks import INPUT_DTYPES, dtype_of
 from .padding import PadConvChannels
 from .patterns import CODEGEN_NAME, OP_KINDS, partition_for_cutlass
 
 _LOG = logging.getLogger(__name__)
-DATABASE_ENV = "TVM_EXT_CUTLASS_DB"
 
 
-def default_database_path() -> Path:
-    """``$TVM_EXT_CUTLASS_DB`` or ``configs/cutlass/database.jsonl``."""
-    env = os.environ.get(DATABASE_ENV)
-    return Path(env) if env else config_dir() / "cutlass" / "database.jsonl"
-
-
-def target_arch(target: tvm.target.Target) -> str:
-    """``"sm_90a"`` etc. from a CUDA target (``sm_50`` when it names none)."""
+def target_arch(target: tvm.target.Target) -> str | None:
+    """``"sm_90a"`` etc. from a CUDA target, None when it names none."""
     arch = target.attrs.get("arch")
-    return str(arch) if arch else "sm_50"
+    return str(arch) if arch else None
+
+
+def offload_reason(target: tvm.target.Target) -> str | None:
+    """Why nothing can be offloaded to CUTLASS for ``target`` (None when it can)."""
+    if target.kind.name != "cuda":
+        return f"target kind {target.kind.name} is not CUDA"
+    arch = target_arch(target)
+    if arch is None:
+        return "the CUDA target names no arch"
+    if arch_number(arch) < 80:
+        return f"{arch} is older than sm_80"
+    return None
 
 
 def _convs_to_convert(mod: tvm.IRModule) -> int:
@@ -118,15 +128,15 @@ def PartitionForCutlass(ops: tuple[str, ...] = OP_KINDS, extra_patterns=None) ->
 
 
 def codegen_options(target: tvm.target.Target, database: str | os.PathLike[str] | None = None) -> dict[str, str]:
-    """Options of the ``tvm_ext_cutlass`` codegen for ``target`` (arch, database, device)."""
-    db = Path(database) if database is not None else default_database_path()
-    options = {"arch": target_arch(target), "database": str(db) if db.exists() else ""}
-    model = target.attrs.get("model")
-    if model:
-        from ..hardware import list_devices
-
-        if str(model) in list_devices():
-            options["device"] = str(model)
+    """Options of the ``tvm_ext_cutlass`` codegen for ``target``: its arch, the device the target
+    policy gives, and the measurement database (``database``, else ``$TVM_EXT_DATABASE``)."""
+    db = Path(database) if database is not None else (Path(os.environ[DATABASE_ENV])
+                                                      if os.environ.get(DATABASE_ENV) else None)
+    options = {"arch": target_arch(target) or "", "database": str(db) if db is not None and db.exists() else ""}
+    try:
+        options["device"] = device_from_target(target).name
+    except UnknownDeviceError as err:
+        _LOG.warning("CUTLASS configurations chosen for the arch's default device: %s", err)
     return options
 
 
@@ -142,19 +152,29 @@ def offload_passes(target: tvm.target.Target, database: str | os.PathLike[str] |
         CUDA target; its ``arch`` selects the kernels (``sm_90a``: CUTLASS 3.x for aligned
         GEMMs). Targets below sm_80 or non-CUDA targets get no passes.
     database : path, optional
-        JSON-lines tuning database (default :func:`default_database_path`; missing file = none).
+        JSON-lines measurement database (default ``$TVM_EXT_DATABASE``; missing file = none).
     ops : tuple of str
         Operator kinds to offload.
     """
-    if target.kind.name != "cuda":
-        _LOG.info("CUTLASS offload skipped: target kind %s", target.kind.name)
-        return []
-    arch = target_arch(target)
-    if arch_number(arch) < 80:
-        _LOG.info("CUTLASS offload skipped: %s is older than sm_80", arch)
+    reason = offload_reason(target)
+    if reason is not None:
+        _LOG.info("CUTLASS offload skipped: %s", reason)
         return []
     options = codegen_options(target, database)
-    passes = [convert_conv_to_nhwc, PadConvChannels] if "conv2d" in ops else []
-    db = options["database"]
-    b2b = (lambda: b2b_patterns(Database(db), arch) + b2b_conv_patterns(Database(db), arch)) if db else None
+    passes = prepare_passes(ops)
+    b2b = b2b_pattern_source(options)
     return passes + [PartitionForCutlass(ops, b2b), relax.transform.RunCodegen(target_options={CODEGEN_NAME: options})]
+
+
+def prepare_passes(ops: tuple[str, ...] = OP_KINDS) -> list[tvm.transform.Pass]:
+    """Layout passes before partitioning: NHWC conversion and channel padding for convolutions."""
+    return [convert_conv_to_nhwc, PadConvChannels] if "conv2d" in ops else []
+
+
+def b2b_pattern_source(options: dict[str, str]):
+    """A callable giving the back-to-back patterns (which consult the measurement database), or
+    None without a database (b2b fusion is then never offered)."""
+    db, arch, device = options["database"], options["arch"], options.get("device", "")
+    if not db:
+        return None
+    return lambda: b2b_patterns(Database(db), device, arch) + b2b_conv_patterns(Database(db), device, arch)

@@ -5,7 +5,9 @@ the same object the codegen uses, so a profiled instance costs no second compile
 is built; split-K candidates of one tile configuration share that object (split-K is set here). The program takes the problem on its command line (``gemm B M N K`` or ``conv2d N H W C
 K R S P Q pad_h pad_w stride_h stride_w dil_h dil_w``), times 100 launches with CUDA events after
 10 warm-up launches, and prints one JSON line ``{"latency_us": ...}``. A candidate that fails to
-compile, to launch or to be implemented counts as +inf; the fastest goes into the Database.
+compile, to launch or to be implemented counts as +inf; the fastest goes into the shared
+:class:`~tvm_ext.select.database.Database` (as seconds). :func:`tune` handles every workload kind,
+back-to-back pairs included: measure a pair and its two parts, and the cost model compares them.
 """
 from __future__ import annotations
 
@@ -21,17 +23,16 @@ from tqdm import tqdm
 
 from ..errors import KernelCompileError
 from ..hardware import DeviceSpec
-from .b2b import B2bGemmWorkload
-from .b2b_conv import B2bConv2dWorkload
+from ..select.database import Database, Record
 from .candidates import candidates
-from .codegen import kernel_for
+from .codegen import FUSED_KINDS, kernel_for
 from .config import KernelConfig
-from .database import Database, TuningRecord, dtype_key
 from .emit_b2b import b2b_candidates
 from .emit_gemm import ARGS_HEADER
 from .errors import CutlassSetupError
 from .nvcc import compile_object
-from .workload import Conv2dWorkload, GemmWorkload, Offload
+from .records import cutlass_record
+from .workload import Offload, Workload
 
 _LOG = logging.getLogger(__name__)
 
@@ -115,15 +116,15 @@ def _bytes(dtype: str) -> int:
     return 4 if dtype == "float32" else 2
 
 
-def emit_profiler_main(wl: GemmWorkload | Conv2dWorkload, entry: str, split_k: int = 1) -> str:
+def emit_profiler_main(wl: Workload, entry: str, split_k: int = 1) -> str:
     """The ``main`` translation unit of a profiler program for instance ``entry``."""
     ep = wl.epilogue
-    if isinstance(wl, B2bGemmWorkload):
+    if wl.kind == "b2b_gemm":
         return PROFILER_MAIN.replace("ENTRY", entry).replace("ARGS_T", "TvmExtB2bGemmArgs").replace("SETUP", _B2B_SETUP)
-    if isinstance(wl, B2bConv2dWorkload):
+    if wl.kind == "b2b_conv2d":
         return (PROFILER_MAIN.replace("ENTRY", entry).replace("ARGS_T", "TvmExtB2bConv2dArgs")
                 .replace("SETUP", _B2B_CONV_SETUP))
-    if isinstance(wl, Conv2dWorkload):
+    if wl.kind == "conv2d":
         setup = _CONV_SETUP
         residual = "args.source = alloc_fill(args.n * args.p * args.q * args.k, ob, 4);"
         source = {"bias": "args.source = alloc_fill(args.k, ob, 4); args.source_is_vector = 1;",
@@ -144,24 +145,25 @@ def emit_profiler_main(wl: GemmWorkload | Conv2dWorkload, entry: str, split_k: i
     return PROFILER_MAIN.replace("ENTRY", entry).replace("ARGS_T", args_t).replace("SETUP", setup)
 
 
-def problem_argv(wl: GemmWorkload | Conv2dWorkload) -> list[str]:
+#: kind -> the problem's numbers on a profiler program's command line (after the kind).
+_ARGV = {
+    "gemm": lambda wl: [wl.batch, wl.m, wl.n, wl.k],
+    "conv2d": lambda wl: [wl.n, wl.h, wl.w, wl.c, wl.k, wl.r, wl.s, wl.p, wl.q, *wl.pad, *wl.stride, *wl.dilation],
+    "b2b_gemm": lambda wl: [wl.m, wl.n0, wl.k0, wl.n1],
+    "b2b_conv2d": lambda wl: [wl.n, wl.h, wl.w, wl.c, wl.k0, wl.r, wl.s, wl.p, wl.q, *wl.pad, *wl.stride, wl.k1],
+}
+
+
+def problem_argv(wl: Workload) -> list[str]:
     """Command-line problem description for a profiler program."""
-    if isinstance(wl, B2bGemmWorkload):
-        return ["b2b_gemm", str(wl.m), str(wl.n0), str(wl.k0), str(wl.n1)]
-    if isinstance(wl, B2bConv2dWorkload):
-        vals = [wl.n, wl.h, wl.w, wl.c, wl.k0, wl.r, wl.s, wl.p, wl.q, *wl.pad, *wl.stride, wl.k1]
-        return ["b2b_conv2d", *map(str, vals)]
-    if isinstance(wl, Conv2dWorkload):
-        vals = [wl.n, wl.h, wl.w, wl.c, wl.k, wl.r, wl.s, wl.p, wl.q, *wl.pad, *wl.stride, *wl.dilation]
-        return ["conv2d", *map(str, vals)]
-    return ["gemm", str(wl.batch), str(wl.m), str(wl.n), str(wl.k)]
+    return [wl.kind, *map(str, _ARGV[wl.kind](wl))]
 
 
 def _offload(wl) -> Offload:
     return Offload(symbol="profile", composite="", workload=wl, roles=(), param_shapes=(), out_shape=())
 
 
-def build_profiler(wl: GemmWorkload | Conv2dWorkload, cfg: KernelConfig, arch: str) -> Path:
+def build_profiler(wl: Workload, cfg: KernelConfig, arch: str) -> Path:
     """Compile (cached) the kernel object and link the profiler executable for one candidate."""
     kernel = kernel_for(_offload(wl), cfg, arch)
     obj = compile_object(kernel.source, arch)
@@ -190,10 +192,11 @@ def gpu_available() -> bool:
         return False
 
 
-def tune(wl: GemmWorkload | Conv2dWorkload, arch: str, device: DeviceSpec, database: Database, *,
+def tune(wl: Workload, arch: str, device: DeviceSpec, database: Database, *,
          jobs: int | None = None, runner: Callable[[Path, Sequence[str]], float] = run_program,
-         progress: bool = True) -> TuningRecord:
-    """Profile every candidate of ``wl`` and record the fastest in ``database``.
+         progress: bool = True) -> Record:
+    """Profile every candidate of ``wl`` (a back-to-back pair: its b2b variants) and record the
+    fastest in ``database``.
 
     Raises
     ------
@@ -202,8 +205,7 @@ def tune(wl: GemmWorkload | Conv2dWorkload, arch: str, device: DeviceSpec, datab
     """
     if runner is run_program and not gpu_available():
         raise CutlassSetupError("template search needs an NVIDIA GPU to run the profiler programs")
-    b2b = isinstance(wl, (B2bGemmWorkload, B2bConv2dWorkload))
-    cands = b2b_candidates(wl) if b2b else candidates(wl, arch, device)
+    cands = b2b_candidates(wl) if wl.kind in FUSED_KINDS else candidates(wl, arch, device)
     programs: dict[int, Path] = {}
     with ThreadPoolExecutor(max_workers=jobs or 2) as pool:
         futures = {pool.submit(build_profiler, wl, cfg, arch): i for i, cfg in enumerate(cands)}
@@ -217,23 +219,7 @@ def tune(wl: GemmWorkload | Conv2dWorkload, arch: str, device: DeviceSpec, datab
     finite = [(t, i) for t, i in timings if math.isfinite(t)]
     if not finite:
         raise CutlassSetupError(f"no candidate of {wl.key()} ran on {arch}")
-    latency, best = min(finite)
-    record = TuningRecord(wl.key(), dtype_key(wl.dtype, wl.final_dtype), arch, cands[best], latency,
-                          device=device.name)
+    latency_us, best = min(finite)
+    record = cutlass_record(wl, cands[best], device.name, latency_us * 1e-6)
     database.add(record)
     return record
-
-
-def tune_b2b(wl: B2bGemmWorkload | B2bConv2dWorkload, arch: str, device: DeviceSpec, database: Database,
-             **kwargs) -> bool:
-    """Profile the fused pair and both unfused GEMMs (those not yet measured); True if fusing wins.
-
-    The partitioner then fuses the pair on this arch only if it won (see ``b2b.profitability_reason``).
-    """
-    from .b2b import profitability_reason
-
-    for part in wl.parts():
-        if database.lookup(part.key(), dtype_key(part.dtype, part.final_dtype), arch) is None:
-            tune(part, arch, device, database, **kwargs)
-    tune(wl, arch, device, database, **kwargs)
-    return profitability_reason(wl, database, arch) is None

@@ -1,11 +1,15 @@
 """What an offloaded composite computes: GEMM / convolution problem, dtypes, epilogue, operands.
 
 :func:`workload_from_function` reads a ``Codegen="tvm_ext_cutlass"`` function made by the
-partitioner; the codegen, the database and the profiler all speak in these workloads.
+partitioner; the codegen, the database and the profiler all speak in these workloads. Every
+workload follows the :class:`Workload` protocol; the parser of each composite operator is
+registered with :func:`register_parser` by the module that defines its workload (single
+GEMMs and convolutions here, back-to-back pairs in :mod:`.b2b` and :mod:`.b2b_conv`).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable, Protocol
 
 import tvm
 from tvm import relax
@@ -17,6 +21,33 @@ from .patterns import CompositeName
 
 #: Roles of a composite's parameters, in call order.
 ROLE_A, ROLE_B, ROLE_BIAS, ROLE_RESIDUAL, ROLE_SCALAR = "a", "b", "bias", "residual", "scalar"
+
+
+class Workload(Protocol):
+    """What every CUTLASS workload provides."""
+
+    #: ``"gemm"``, ``"conv2d"``, ``"b2b_gemm"`` or ``"b2b_conv2d"``: the key of every per-kind table.
+    kind: str
+    op: str
+    dtype: str
+    final_dtype: str
+    #: Independent problems of one launch (GEMM batch; 1 otherwise).
+    batch: int
+
+    def key(self) -> str:
+        """Database key of the problem (epilogue-independent)."""
+
+    @property
+    def gemm_mnk(self) -> tuple[int, int, int]:
+        """M, N, K of the (first) GEMM, per batch entry."""
+
+    @property
+    def flops(self) -> int:
+        """Floating-point work of one call."""
+
+    @property
+    def max_alignment(self) -> tuple[int, int, int]:
+        """Largest vector widths (elements) of A, B and C."""
 
 
 @dataclass(frozen=True)
@@ -39,9 +70,11 @@ class GemmWorkload:
     epilogue: Epilogue
     b_batched: bool = False
 
+    kind = "gemm"
+
     @property
-    def kind(self) -> str:
-        return "gemm"
+    def gemm_mnk(self) -> tuple[int, int, int]:
+        return self.m, self.n, self.k
 
     def key(self) -> str:
         """Database key of the problem (epilogue-independent)."""
@@ -81,10 +114,8 @@ class Conv2dWorkload:
     epilogue: Epilogue
 
     op = "conv2d"
-
-    @property
-    def kind(self) -> str:
-        return "conv2d"
+    kind = "conv2d"
+    batch = 1
 
     def key(self) -> str:
         return (f"conv2d_n{self.n}_h{self.h}_w{self.w}_c{self.c}_k{self.k}_r{self.r}_s{self.s}"
@@ -141,21 +172,38 @@ def _bindings(func: relax.Function) -> dict:
     return {b.var: b.value for block in func.body.blocks for b in block.bindings}
 
 
+#: ``parser(composite, inner_function) -> (workload, {parameter: role})``.
+WorkloadParser = Callable[[CompositeName, relax.Function], tuple]
+_PARSERS: dict[str, WorkloadParser] = {}
+
+
+def register_parser(op: str, parser: WorkloadParser) -> None:
+    """Register the workload parser of composites of operator ``op`` (``"dense"``, ``"b2b_gemm"``...)."""
+    _PARSERS[op] = parser
+
+
 def workload_from_function(func: relax.Function, symbol: str = "") -> Offload:
-    """Describe a partitioned function (outer ``Codegen`` function or its composite)."""
+    """Describe a partitioned function (outer ``Codegen`` function or its composite).
+
+    Raises
+    ------
+    CutlassCodegenError
+        No composite, or a composite operator without a registered parser.
+    """
     name, inner = composite_function(func)
     comp = CompositeName.parse(name)
-    if comp.op in ("b2b_gemm", "b2b_conv2d"):
-        if comp.op == "b2b_gemm":
-            from .b2b import b2b_from_composite  # b2b builds on this module
-        else:
-            from .b2b_conv import b2b_conv_from_composite as b2b_from_composite
+    if comp.op not in _PARSERS:
+        raise CutlassCodegenError(f"no workload parser for composite operator '{comp.op}' ({name})")
+    workload, roles = _PARSERS[comp.op](comp, inner)
+    return Offload(symbol=symbol or str(func.attrs.get("global_symbol", "")), composite=name, workload=workload,
+                   roles=tuple(roles[p] for p in inner.params),
+                   param_shapes=tuple(static_shape(p) or () for p in inner.params),
+                   out_shape=static_shape(inner.body.body) or ())
 
-        b2b, b2b_roles = b2b_from_composite(inner)
-        return Offload(symbol=symbol or str(func.attrs.get("global_symbol", "")), composite=name, workload=b2b,
-                       roles=tuple(b2b_roles[p] for p in inner.params),
-                       param_shapes=tuple(static_shape(p) or () for p in inner.params),
-                       out_shape=static_shape(inner.body.body) or ())
+
+def _single_op(comp: CompositeName, inner: relax.Function) -> tuple:
+    """Workload and roles of a single GEMM or convolution composite."""
+    name = comp.name
     values = _bindings(inner)
     params = list(inner.params)
     op_call = next((v for v in values.values() if isinstance(v, relax.Call) and isinstance(v.op, tvm.ir.Op)
@@ -181,10 +229,7 @@ def workload_from_function(func: relax.Function, symbol: str = "") -> Offload:
         workload = _conv_workload(op_call, lhs, rhs, comp.epilogue, out_dtype, final_dtype)
     else:
         workload = _gemm_workload(comp.op, lhs, rhs, comp.epilogue, out_dtype, final_dtype)
-    return Offload(symbol=symbol or str(func.attrs.get("global_symbol", "")), composite=name,
-                   workload=workload, roles=tuple(roles[p] for p in params),
-                   param_shapes=tuple(static_shape(p) or () for p in params),
-                   out_shape=static_shape(inner.body.body) or ())
+    return workload, roles
 
 
 def _source_operands(values: dict, op_call: relax.Call, count: int) -> list:
@@ -234,3 +279,7 @@ def _conv_workload(call: relax.Call, data, weight, ep: Epilogue, out_dtype: str,
                           stride=tuple(int(v) for v in call.attrs.strides),
                           dilation=tuple(int(v) for v in call.attrs.dilation),
                           dtype=dtype_of(data), out_dtype=out_dtype, final_dtype=final_dtype, epilogue=ep)
+
+
+for _op in ("dense", "matmul", "batch_matmul", "conv2d"):
+    register_parser(_op, _single_op)

@@ -100,6 +100,15 @@ def _b2b_conv_fill(wl, ptr: dict[str, str]) -> list[str]:
             f"args.w1 = {ptr['b1']}; args.bias1 = {ptr['bias1']}; args.y = {ptr['out']};"]
 
 
+#: kind -> (``fill(workload, pointers, split_k) -> C++ lines``, argument struct of the entry point).
+_FILLERS = {
+    "gemm": (_gemm_fill, "TvmExtGemmArgs"),
+    "conv2d": (lambda wl, ptr, split_k: _conv_fill(wl, ptr), "TvmExtConv2dArgs"),
+    "b2b_gemm": (lambda wl, ptr, split_k: _b2b_fill(wl, ptr), "TvmExtB2bGemmArgs"),
+    "b2b_conv2d": (lambda wl, ptr, split_k: _b2b_conv_fill(wl, ptr), "TvmExtB2bConv2dArgs"),
+}
+
+
 def emit_glue_function(off: Offload, entry: str, split_k: int = 1) -> str:
     """C++ for the exported function ``off.symbol`` calling the C entry point ``entry``.
 
@@ -121,14 +130,8 @@ def emit_glue_function(off: Offload, entry: str, split_k: int = 1) -> str:
         ptr[role] = f"tvm_ext_ptr(p{i})"
     out_code, out_bits = _DL_CODES[wl.final_dtype]
     checks.append(f'tvm_ext_check(out, {_numel(off.out_shape)}, {out_code}, {out_bits}, "{off.symbol}", "output");')
-    if isinstance(wl, Conv2dWorkload):
-        fill, args_type = _conv_fill(wl, ptr), "TvmExtConv2dArgs"
-    elif isinstance(wl, GemmWorkload):
-        fill, args_type = _gemm_fill(wl, ptr, split_k), "TvmExtGemmArgs"
-    elif wl.kind == "b2b_conv2d":
-        fill, args_type = _b2b_conv_fill(wl, ptr), "TvmExtB2bConv2dArgs"
-    else:
-        fill, args_type = _b2b_fill(wl, ptr), "TvmExtB2bGemmArgs"
+    fill_args, args_type = _FILLERS[wl.kind]
+    fill = fill_args(wl, ptr, split_k)
     body = "\n  ".join(checks + [f"{args_type} args{{}};"] + fill)
     return f"""
 extern "C" int {entry}(const {args_type}*, char*, int);

@@ -122,42 +122,49 @@ def _reduce_vars(block: SBlock) -> set:
     return {iv.var for iv in block.iter_vars if iv.iter_type == tirx.IterVar.CommReduce}
 
 
-def _uses_any(expr, variables: set) -> bool:
-    hit = False
+def _moving_load(expr, reduce_vars: set, accumulator) -> tvm.ir.TensorLoad | None:
+    """The first load in ``expr`` (not of ``accumulator``) indexed by a reduction iterator, or None."""
+    loads: list = []
+    tvm_ffi.structural_walk(expr, (tvm.ir.TensorLoad, loads.append))
+    for load in loads:
+        if load.source.same_as(accumulator):
+            continue
+        used: set = set()
+        for index in load.indices:
+            tvm_ffi.structural_walk(index, (tvm.ir.Var, used.add))
+        if used & reduce_vars:
+            return load
+    return None
 
-    def visit(var) -> None:
-        nonlocal hit
-        if var in variables:
-            hit = True
 
-    tvm_ffi.structural_walk(expr, (tvm.ir.Var, visit))
-    return hit
+def is_contraction(block: SBlock) -> bool:
+    """Whether ``block`` is a contraction (matmul, convolution): a reduction whose update
+    multiplies two loads that both move with the reduction iterators and are not the same load.
 
-
-def _is_contraction(block: SBlock) -> bool:
-    """A reduction whose update multiplies two distinct buffers that both depend on the reduce vars.
-
-    The buffers may be parameters or the function's own intermediates (a padded conv2d reads
-    its ``pad_temp`` buffer), but not the accumulator itself.
+    The loads may read parameters or the function's own intermediates (a padded conv2d reads its
+    ``pad_temp`` buffer), but not the accumulator. ``x[k] * x[k]`` (a sum of squares: norms,
+    variances) is not a contraction; ``x[i, k] * x[j, k]`` is.
     """
     rvars = _reduce_vars(block)
     store = _block_store(block)
     if not rvars or store is None:
         return False
-    contracted = False
+    hit = False
 
     def visit(node) -> None:
-        nonlocal contracted
-        if isinstance(node, tirx.Mul):
-            loads = []
-            tvm_ffi.structural_walk(node, (tvm.ir.TensorLoad, loads.append))
-            sources = {ld.source for ld in loads
-                       if not ld.source.same_as(store.buffer) and any(_uses_any(i, rvars) for i in ld.indices)}
-            if len(sources) >= 2:
-                contracted = True
+        nonlocal hit
+        a = _moving_load(node.a, rvars, store.buffer)
+        b = _moving_load(node.b, rvars, store.buffer)
+        if a is not None and b is not None and not tvm_ffi.structural_equal(a, b):
+            hit = True
 
     tvm_ffi.structural_walk(store.value, (tirx.Mul, visit))
-    return contracted
+    return hit
+
+
+def has_contraction(func: tirx.PrimFunc) -> bool:
+    """Whether some block of ``func`` is a contraction (see :func:`is_contraction`)."""
+    return any(is_contraction(block) for block, _ in sblocks(func))
 
 
 def _broadcasts(block: SBlock, params: set) -> bool:
@@ -194,7 +201,7 @@ def classify(func: tirx.PrimFunc | None, pattern: int | None) -> OpClass:
         return OpClass.OPAQUE
     params = set(func.params)
     blocks = sblocks(func)
-    if any(_is_contraction(block) for block, _ in blocks):
+    if any(is_contraction(block) for block, _ in blocks):
         return OpClass.COMPUTE
     if any(_reduce_vars(block) for block, _ in blocks):
         return OpClass.REDUCE

@@ -74,6 +74,9 @@ class OpNode:
     bytes_written: int
     memory_intensive: bool
     group: str | None = None
+    #: The Relax call this node was legalized from (``R.matmul(x, w)``), when the graph was built
+    #: with the pre-legalization function (``OpGraph.from_module(..., origin=...)``); else None.
+    origin: relax.Call | None = field(default=None, compare=False)
 
     @property
     def arithmetic_intensity(self) -> float:
@@ -90,6 +93,7 @@ class _Builder:
     tensors: dict[str, dict] = field(default_factory=dict)
     names: dict = field(default_factory=dict)  # relax Var -> tensor name, or tuple of names
     group_uses: dict = field(default_factory=dict)  # fused function name -> call sites expanded so far
+    origins: dict = field(default_factory=dict)  # binding var -> its pre-legalization value
 
     def unique(self, hint: str, also_taken: frozenset[str] | set[str] = frozenset()) -> str:
         """``hint``, suffixed ``_k`` if a tensor (or a name in ``also_taken``) has it already."""
@@ -158,7 +162,7 @@ class _Builder:
                                inputs=args, outputs=outs, pattern=pattern, op_class=op_class,
                                flops=flops, bytes_read=read, bytes_written=written,
                                memory_intensive=op_class != OpClass.OPAQUE and intensity < self.threshold,
-                               group=group))
+                               group=group, origin=self.origins.get(var) if group is None else None))
         for t in dict.fromkeys(args):
             self.tensors[t]["consumers"].append(index)
 
@@ -252,14 +256,22 @@ class OpGraph:
 
     @classmethod
     def from_module(cls, mod: tvm.IRModule, func_name: str = "main",
-                    intensity_threshold: float = DEFAULT_INTENSITY_THRESHOLD) -> "OpGraph":
-        """Build the graph of ``mod[func_name]`` (legalized; fused or not)."""
+                    intensity_threshold: float = DEFAULT_INTENSITY_THRESHOLD,
+                    origin: relax.Function | None = None) -> "OpGraph":
+        """Build the graph of ``mod[func_name]`` (legalized; fused or not).
+
+        ``origin`` is the same function before legalization: ``LegalizeOps`` keeps the binding
+        variables, so each node gets the Relax call it came from as :attr:`OpNode.origin`
+        (library generators match their patterns on it).
+        """
         if func_name not in [gv.name_hint for gv in mod.get_global_vars()]:
             raise KeyError(f"module has no function '{func_name}'")
         func = mod[func_name]
         if not isinstance(func, relax.Function):
             raise TypeError(f"'{func_name}' is not a Relax function")
         b = _Builder(mod, intensity_threshold)
+        if origin is not None:
+            b.origins = {bd.var: bd.value for block in origin.body.blocks for bd in block.bindings}
         for param in func.params:
             if isinstance(param.ty, relax.TensorType):
                 b.names[param] = b.new_tensor(param.name, param.ty, TensorKind.INPUT, None)

@@ -18,27 +18,35 @@ from .device_spec import (
 )
 from .occupancy import LIMITER_ORDER, Occupancy, max_registers_for_blocks, occupancy
 from .target import (
+    DEFAULT_TARGET,
+    PLANNING_FIELDS,
     TAG_PREFIX,
     TARGET_KEYS,
     device_from_target,
+    is_gpu_target,
     is_tvm_ext_target,
     make_target,
+    planning_target,
     register_target_tags,
+    resolve_target,
     target_config,
 )
 
 __all__ = [
     "CONFIG_DIR_ENV",
+    "DEFAULT_TARGET",
     "DeviceSpec",
     "FrozenMap",
     "LIMITER_ORDER",
     "MemoryLevel",
     "Occupancy",
+    "PLANNING_FIELDS",
     "TAG_PREFIX",
     "TARGET_KEYS",
     "config_dir",
     "device_from_target",
     "devices_dir",
+    "is_gpu_target",
     "is_tvm_ext_target",
     "list_devices",
     "load_device",
@@ -46,6 +54,8 @@ __all__ = [
     "make_target",
     "max_registers_for_blocks",
     "occupancy",
+    "planning_target",
     "register_target_tags",
+    "resolve_target",
     "target_config",
 ]

@@ -21,11 +21,19 @@ Target -> device rule (:func:`device_from_target`):
 3. if its ``model`` names a known device, that device;
 4. otherwise a target with the ``tvm_ext`` key is an error (it claims to be ours but is not);
 5. otherwise a plain CUDA target maps by ``arch`` (suffixes ``a``/``f`` ignored) when exactly one
-   device has that arch: sm_70 -> v100, sm_75 -> t4, sm_80 -> a100, sm_86 -> rtx3090. sm_90 is
-   shared by h100 and h200 and is an error, as is an arch no device has.
+   device has that arch: sm_70 -> v100, sm_75 -> t4, sm_80 -> a100, sm_86 -> rtx3090;
+6. an arch several devices share (sm_90: h100 and h200) maps to the first of them by name when
+   they agree on every number planning reads (:data:`PLANNING_FIELDS`: SMs, registers, shared
+   memory, thread and block limits), with a warning that rates (bandwidth, peaks) are the first
+   device's; otherwise it is an error, as is an arch no device has.
+
+This is the only target -> device rule of the package; every technique calls
+:func:`device_from_target`. :data:`DEFAULT_TARGET` is the one default target, and
+:func:`planning_target` the GPU target a CPU build (the correctness oracle) plans its kernels for.
 """
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Mapping
 from typing import Any, Union
@@ -37,11 +45,20 @@ from ..errors import UnknownDeviceError
 from .device_spec import DeviceSpec, list_devices, load_device
 
 TAG_PREFIX = "tvm_ext/"
+#: The default target of every entry point (``tvm_ext.compile``, the CLI, the CPU oracle's planning).
+DEFAULT_TARGET = "tvm_ext/h100"
+#: DeviceSpec fields that kernel planning reads (occupancy, launch shapes, shared memory budgets).
+PLANNING_FIELDS = ("sm_count", "warp_size", "registers_per_sm", "max_registers_per_block",
+                   "max_registers_per_thread", "register_allocation_unit", "sub_partitions_per_sm",
+                   "shared_memory_per_sm", "max_shared_memory_per_block", "max_shared_memory_per_block_optin",
+                   "reserved_shared_memory_per_block", "shared_memory_allocation_unit", "max_threads_per_block",
+                   "max_threads_per_sm", "max_blocks_per_sm", "max_warps_per_sm")
 TVM_EXT_KEY = "tvm_ext"
 TARGET_KEYS: tuple[str, ...] = ("cuda", "gpu", TVM_EXT_KEY)
 _ARCH_RE = re.compile(r"^sm_(\d+)(\d)([af]?)$")
 
 TargetLike = Union[Target, str, Mapping[str, Any], DeviceSpec]
+_LOG = logging.getLogger(__name__)
 
 
 def _parse_arch(arch: str) -> tuple[int, int, str]:
@@ -130,6 +147,34 @@ def _attr(target: Target, name: str) -> str | None:
     return None if value is None else str(value)
 
 
+def resolve_target(target: TargetLike | None) -> Target:
+    """A ``Target`` from a tag (``tvm_ext/*`` tags are registered first), JSON dict, device name or
+    ``Target``; :data:`DEFAULT_TARGET` for None.
+
+    Raises
+    ------
+    UnknownDeviceError
+        TVM rejects the description (unknown tag, bad attribute).
+    """
+    if target is None:
+        target = DEFAULT_TARGET
+    if isinstance(target, DeviceSpec):
+        return make_target(target)
+    return _as_target(target)
+
+
+def is_gpu_target(target: Target | None) -> bool:
+    """True for targets that take the GPU path (their keys hold ``"gpu"``)."""
+    return target is not None and "gpu" in [str(k) for k in target.keys]
+
+
+def planning_target(target: Target | None) -> Target:
+    """The GPU target kernels are planned for: ``target`` itself when it is a GPU target, else
+    :data:`DEFAULT_TARGET` (a CPU build of the fused graph, the correctness oracle, plans the
+    same kernels as the default GPU build)."""
+    return target if is_gpu_target(target) else resolve_target(DEFAULT_TARGET)
+
+
 def is_tvm_ext_target(target: Target | str | Mapping[str, Any]) -> bool:
     """Whether ``target`` is a CUDA target carrying the ``tvm_ext`` key (our tags and make_target)."""
     try:
@@ -177,6 +222,12 @@ def device_from_target(target: TargetLike) -> DeviceSpec:
     if len(matches) == 1:
         return load_device(matches[0])
     if matches:
+        specs = [load_device(name) for name in matches]
+        if all(getattr(s, f) == getattr(specs[0], f) for s in specs for f in PLANNING_FIELDS):
+            _LOG.warning("arch %s is shared by devices %s; planning for %s (use a tag such as '%s%s' to model "
+                         "another one's bandwidth and peak rates)", arch, ", ".join(matches), matches[0],
+                         TAG_PREFIX, matches[-1])
+            return specs[0]
         raise UnknownDeviceError(
             f"arch {arch} is ambiguous between devices {', '.join(matches)}; "
             f"use a tag such as '{TAG_PREFIX}{matches[0]}' or make_target('{matches[0]}')"

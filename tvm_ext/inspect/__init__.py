@@ -1,4 +1,5 @@
-"""Reports on what a preset did to a model: kernels, fused groups, traffic, fallbacks.
+"""Reports on what a preset did to a model: kernels and who built them, fused groups, traffic,
+fallbacks, the selection.
 
 Example
 -------
@@ -8,18 +9,15 @@ Example
 """
 from __future__ import annotations
 
-from .fallback import DLIGHT_FALLBACK_REASON, FALLBACK_ATTR, FallbackOp, dlight_rules_by_func
+from .fallback import DLIGHT_FALLBACK_REASON, FallbackOp, find_fallbacks
 from .kernel_check import NvccResult, compile_cuda_source, find_cuda_root
-from .kernels import (KernelLaunches, cuda_source, device_kernels, global_kernel_names, kernel_launches,
-                      kernel_source, launch_regions, primfunc_calls)
+from .kernels import (KernelLaunches, cuda_source, device_kernels, extern_calls, global_kernel_names,
+                      kernel_launches, kernel_source, library_kernels, primfunc_calls)
 from .report import GroupInfo, Report, group_instances, inspect, report_from_stages
-from .stages import StagedBuild, build_stages, resolve_target
 
 __all__ = [
-    "DLIGHT_FALLBACK_REASON", "FALLBACK_ATTR", "FallbackOp", "dlight_rules_by_func",
-    "NvccResult", "compile_cuda_source", "find_cuda_root",
-    "KernelLaunches", "cuda_source", "device_kernels", "global_kernel_names", "kernel_launches",
-    "kernel_source", "launch_regions", "primfunc_calls",
-    "GroupInfo", "Report", "group_instances", "inspect", "report_from_stages",
-    "StagedBuild", "build_stages", "resolve_target",
+    "DLIGHT_FALLBACK_REASON", "FallbackOp", "GroupInfo", "KernelLaunches", "NvccResult", "Report",
+    "compile_cuda_source", "cuda_source", "device_kernels", "extern_calls", "find_cuda_root", "find_fallbacks",
+    "global_kernel_names", "group_instances", "inspect", "kernel_launches", "kernel_source", "library_kernels",
+    "primfunc_calls", "report_from_stages",
 ]

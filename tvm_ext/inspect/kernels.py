@@ -1,17 +1,21 @@
-"""Count GPU kernel launches from compiled artefacts.
+"""Count every GPU kernel launch from compiled artefacts, and say who made each kernel.
 
 Launches per inference = for every PrimFunc the VM calls during one call of ``main``:
-(calls of that PrimFunc) x (device kernels it launches per call).
+(calls of that PrimFunc) x (device kernels it launches per call), plus every call of a library
+kernel (an external symbol listed in :data:`~tvm_ext.select.attrs.LIBRARY_KERNELS_ATTR`, e.g. a
+CUTLASS GEMM) x its launches per call.
 
 * Calls are read from the lowered Relax ``main`` (after ``CallTIRRewrite`` a call of a
-  PrimFunc is a plain ``Call`` whose ``op`` is its ``GlobalVar``); calls of other Relax
-  functions (and Relax functions passed by ``GlobalVar``, e.g. CUDA-graph capture
-  functions) are followed.
+  PrimFunc is a plain ``Call`` whose ``op`` is its ``GlobalVar``, a library call an
+  ``ExternFunc``); calls of other Relax functions (and Relax functions passed by ``GlobalVar``,
+  e.g. CUDA-graph capture functions) are followed.
 * Kernels per call are read from the TIR after host/device splitting: the host function of
   a PrimFunc launches its device kernels (``<func>_kernel``, ``<func>_kernel_1``, ...)
   through ``tirx.call_ffi_kernel``; a launch inside a host loop counts once per iteration.
-* :func:`launch_regions` gives the same number from the scheduled PrimFunc alone (outermost
-  ``blockIdx``/``threadIdx`` bound loops or ``thread_extent`` attributes).
+  :func:`tvm_ext.select.launch.launch_regions` predicts the same number from the scheduled
+  PrimFunc alone (a test checks they agree).
+* Who made each kernel is read from the shared attributes (:mod:`tvm_ext.select.attrs`):
+  generator, schedule rule and plan.
 """
 from __future__ import annotations
 
@@ -23,30 +27,43 @@ import tvm
 import tvm_ffi
 from tvm import relax, tirx
 
+from ..errors import TvmExtError
+from ..select.attrs import GENERATOR_ATTR, LIBRARY_KERNELS_ATTR, PLAN_ATTR, RULE_ATTR, func_attr
+from ..select.plan import plan_from_text
+
 _CALL_FFI_KERNEL = "tirx.call_ffi_kernel"
 _GLOBAL_DEF = re.compile(r"__global__\s+void\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?(\w+)\s*\(")
 
 
 @dataclass(frozen=True)
 class KernelLaunches:
-    """Launch facts of one PrimFunc.
+    """Launch facts of one PrimFunc or library kernel.
 
     Attributes
     ----------
     func : str
-        PrimFunc name (its ``GlobalVar``).
+        PrimFunc name (its ``GlobalVar``) or the library kernel's external symbol.
     calls : int
         Calls per inference from the lowered ``main``.
     kernels_per_call : int
         Device kernels one call launches.
     kernel_names : tuple of str
-        Names of those device kernels (``__global__`` functions).
+        Names of those device kernels (``__global__`` functions; the symbol for a library kernel).
+    generator : str
+        Who built it: ``"stitch"``, ``"cutlass"``, ``"dlight"``, ...
+    rule : str
+        What scheduled it (a generator's verdict or dlight's rule); ``"library"`` for library kernels.
+    plan : str
+        One-line summary of its plan ('' when it has none).
     """
 
     func: str
     calls: int
     kernels_per_call: int
     kernel_names: tuple[str, ...]
+    generator: str = "dlight"
+    rule: str = ""
+    plan: str = ""
 
     @property
     def launches(self) -> int:
@@ -101,39 +118,36 @@ def host_kernel_launches(host_func: tirx.PrimFunc) -> list[str]:
     return launched
 
 
-def _is_launch_tag(tag: str) -> bool:
-    return tag.startswith(("blockIdx", "threadIdx"))
+def library_kernels(mod: tvm.IRModule) -> dict[str, dict]:
+    """External symbol -> ``{"generator", "plan", "launches_per_call"}`` of the library kernels."""
+    if mod.attrs is None or LIBRARY_KERNELS_ATTR not in mod.attrs:
+        return {}
+    return {str(k): {kk: v[kk] for kk in v.keys()} for k, v in mod.attrs[LIBRARY_KERNELS_ATTR].items()}
 
 
-def launch_regions(func: tirx.PrimFunc) -> int:
-    """Kernels one call of a scheduled PrimFunc launches, counted from its loop structure.
+def extern_calls(mod: tvm.IRModule, symbols: set[str], entry: str = "main") -> Counter:
+    """How often one call of ``entry`` calls each external symbol in ``symbols``, following Relax calls."""
+    counts: Counter = Counter()
+    known = {gv.name_hint: gv for gv in mod.get_global_vars()}
 
-    Each outermost ``blockIdx``/``threadIdx`` bound loop (or ``thread_extent`` attribute)
-    starts one kernel; a region nested in serial loops launches once per iteration.
-    """
-    total = 0
-    factor = [1]
-
-    def on_for(node: tirx.For, visitor) -> None:
-        nonlocal total
-        binding = node.thread_binding
-        if node.kind == tirx.ForKind.THREAD_BINDING and binding is not None \
-                and _is_launch_tag(str(binding.thread_tag)):
-            total += factor[-1]
-            return  # everything below belongs to this kernel
-        factor.append(factor[-1] * _const_extent(node))
-        visitor.default_visit(node)
-        factor.pop()
-
-    def on_attr(node: tirx.AttrStmt, visitor) -> None:
-        nonlocal total
-        if node.attr_key == "thread_extent" and _is_launch_tag(str(node.node.thread_tag)):
-            total += factor[-1]
+    def visit(gvar: tvm.ir.GlobalVar, stack: tuple[str, ...]) -> None:
+        func = mod[gvar]
+        if not isinstance(func, relax.Function) or gvar.name_hint in stack:
             return
-        visitor.default_visit(node)
+        externs: list = []
+        tvm_ffi.structural_walk(func.body, (relax.ExternFunc, externs.append))
+        for ext in externs:
+            if str(ext.global_symbol) in symbols:
+                counts[str(ext.global_symbol)] += 1
+        refs: list = []
+        tvm_ffi.structural_walk(func.body, (tvm.ir.GlobalVar, refs.append))
+        for ref in refs:
+            if ref.name_hint in known:
+                visit(known[ref.name_hint], stack + (gvar.name_hint,))
 
-    tvm_ffi.structural_visit(func.body, [(tirx.For, on_for), (tirx.AttrStmt, on_attr)])
-    return total
+    if entry in known:
+        visit(known[entry], ())
+    return counts
 
 
 def device_kernels(lowered: tvm.IRModule, target: tvm.target.Target,
@@ -158,13 +172,41 @@ def device_kernels(lowered: tvm.IRModule, target: tvm.target.Target,
             if gv.name_hint in names and isinstance(f, tirx.PrimFunc)}
 
 
+def _summary(text: str | None) -> str:
+    """One-line summary of a plan attribute ('' without one)."""
+    if not text:
+        return ""
+    try:
+        return plan_from_text(text).summary()
+    except TvmExtError as err:
+        return f"unreadable plan ({err})"
+
+
+def _described(func) -> tuple[str, str, str]:
+    """(generator, rule, plan summary) of a scheduled PrimFunc from its shared attributes."""
+    generator = func_attr(func, GENERATOR_ATTR) or "dlight"
+    rule = func_attr(func, RULE_ATTR) or ("pre-scheduled" if func_attr(func, "tirx.is_scheduled") else "none")
+    return generator, rule, _summary(func_attr(func, PLAN_ATTR))
+
+
 def kernel_launches(lowered: tvm.IRModule, target: tvm.target.Target, entry: str = "main") -> list[KernelLaunches]:
-    """Per-PrimFunc launch facts for one call of ``entry``, in call-count order."""
+    """Launch facts of every PrimFunc and library kernel one call of ``entry`` runs, most calls first."""
     calls = primfunc_calls(lowered, entry)
     kernels = device_kernels(lowered, target)
-    return [KernelLaunches(func=name, calls=count, kernels_per_call=len(kernels.get(name, [])),
-                           kernel_names=tuple(dict.fromkeys(kernels.get(name, []))))
-            for name, count in calls.most_common()]
+    out = []
+    for name, count in calls.most_common():
+        generator, rule, plan = _described(lowered[name])
+        out.append(KernelLaunches(func=name, calls=count, kernels_per_call=len(kernels.get(name, [])),
+                                  kernel_names=tuple(dict.fromkeys(kernels.get(name, []))),
+                                  generator=generator, rule=rule, plan=plan))
+    library = library_kernels(lowered)
+    for symbol, count in extern_calls(lowered, set(library), entry).most_common():
+        info = library[symbol]
+        out.append(KernelLaunches(func=symbol, calls=count, kernels_per_call=int(info.get("launches_per_call", 1)),
+                                  kernel_names=(symbol,), generator=str(info.get("generator", "library")),
+                                  rule="library", plan=_summary(str(info.get("plan", "")))))
+    out.sort(key=lambda k: -k.calls)
+    return out
 
 
 def cuda_source(executable: tvm.runtime.Executable) -> str:

@@ -43,6 +43,13 @@ def human_seconds(s: float) -> str:
     return f"{s * 1e9:.1f} ns"
 
 
+def _by_generator(report: "Report") -> str:
+    counts: dict[str, int] = {}
+    for k in report.launches:
+        counts[k.generator] = counts.get(k.generator, 0) + k.launches
+    return ", ".join(f"{g} {n}" for g, n in sorted(counts.items(), key=lambda item: -item[1])) or "none"
+
+
 def summary_lines(report: "Report") -> list[tuple[str, str]]:
     """(label, value) pairs shown above the tables."""
     return [
@@ -50,7 +57,7 @@ def summary_lines(report: "Report") -> list[tuple[str, str]]:
         ("preset", report.preset),
         ("target", report.target),
         ("device", report.device),
-        ("kernel launches / inference", str(report.kernels)),
+        ("kernel launches / inference", f"{report.kernels} ({_by_generator(report)})"),
         ("distinct kernels (__global__)", str(report.distinct_kernels)),
         ("fused groups", str(len(report.groups))),
         ("modelled global traffic", f"{human_bytes(report.traffic_bytes)} (whole model as one kernel "
@@ -70,12 +77,12 @@ def _group_rows(report: "Report") -> list[list[str]]:
 
 
 _GROUP_HEAD = ["#", "group", "ops", "classes", "flops", "traffic", "kernels"]
-_LAUNCH_HEAD = ["PrimFunc", "calls", "kernels/call", "launches", "schedule rule"]
+_LAUNCH_HEAD = ["kernel", "generator", "calls", "kernels/call", "launches", "schedule rule", "plan"]
 _FALLBACK_HEAD = ["op", "kind", "reason"]
 
 
 def _launch_rows(report: "Report") -> list[list[str]]:
-    return [[k.func, str(k.calls), str(k.kernels_per_call), str(k.launches), report.schedule_rules.get(k.func, "-")]
+    return [[k.func, k.generator, str(k.calls), str(k.kernels_per_call), str(k.launches), k.rule or "-", k.plan or "-"]
             for k in report.launches]
 
 

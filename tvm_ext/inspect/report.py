@@ -4,9 +4,12 @@
 :mod:`tvm_ext.inspect.stages`) and reads everything from the compiled artefacts:
 
 * ``kernels`` — GPU kernel launches per inference: for each PrimFunc, its calls in the
-  lowered ``main`` times the device kernels one call launches (TIR after host/device split);
-  see :mod:`tvm_ext.inspect.kernels`. ``distinct_kernels`` — ``__global__`` functions in the
-  generated CUDA source.
+  lowered ``main`` times the device kernels one call launches (TIR after host/device split),
+  plus every library kernel call (CUTLASS); each launch entry names its generator, schedule
+  rule and plan (see :mod:`tvm_ext.inspect.kernels`). ``distinct_kernels`` — ``__global__``
+  functions in the generated CUDA source plus distinct library kernels.
+* ``selection`` — per Relax function, the candidates each generator proposed, what was chosen
+  and what was dropped (and why).
 * ``groups`` — the fused groups (one per call of a fused Relax function, or a lone
   ``call_tir``) with member ops, op classes, flops and modelled global traffic
   (:func:`tvm_ext.analysis.group_traffic_default`); ``traffic_bytes`` is their sum.
@@ -34,13 +37,17 @@ from typing import Any
 import tvm
 from tvm import tirx
 
+import json
+
+from ..driver import Preset, StagedBuild, build, load_module
 from ..graph import OpGraph
-from ..hardware import DeviceSpec, device_from_target, load_device
-from ..pipeline import Preset, load_module
-from .fallback import FallbackOp, dlight_rules_by_func, find_fallbacks
-from .kernels import KernelLaunches, cuda_source, global_kernel_names, kernel_launches
+from ..errors import TvmExtError
+from ..hardware import DeviceSpec, device_from_target, is_gpu_target, load_device, resolve_target
+from ..select.attrs import SELECTION_ATTR
+from ..select.candidate import dominant_dtype
+from .fallback import FallbackOp, find_fallbacks
+from .kernels import KernelLaunches, cuda_source, global_kernel_names, kernel_launches, library_kernels
 from .render import report_html, report_table
-from .stages import StagedBuild, build_stages, resolve_target
 
 
 #: Label attached to every modelled (not measured) number.
@@ -107,7 +114,9 @@ class Report:
     fallback_ops : list of FallbackOp
         What was left to default lowering and why.
     schedule_rules : dict
-        PrimFunc -> dlight rule that schedules it (empty when the preset does not use dlight).
+        Kernel -> what scheduled it (a generator's verdict, dlight's rule, ``"library"``).
+    selection : dict
+        Per Relax function: candidates proposed and chosen per generator, dropped candidates.
     modelled_latency_s : float
         Modelled roofline lower bound (``max(modelled_compute_s, modelled_memory_s)``), not a measurement.
     compile_seconds, stage_seconds
@@ -133,6 +142,7 @@ class Report:
     dtype: str
     fallback_ops: list[FallbackOp]
     schedule_rules: dict[str, str]
+    selection: dict[str, Any]
     modelled_latency_s: float
     modelled_compute_s: float
     modelled_memory_s: float
@@ -156,8 +166,10 @@ class Report:
             "kernels": int(self.kernels),
             "distinct_kernels": int(self.distinct_kernels),
             "launches": [{"func": k.func, "calls": k.calls, "kernels_per_call": k.kernels_per_call,
-                          "kernel_names": list(k.kernel_names),
-                          "schedule_rule": self.schedule_rules.get(k.func)} for k in self.launches],
+                          "launches": k.launches, "kernel_names": list(k.kernel_names),
+                          "generator": k.generator, "schedule_rule": k.rule, "plan": k.plan}
+                         for k in self.launches],
+            "selection": self.selection,
             "groups": [list(g.ops) for g in self.groups],
             "group_details": [g.to_json() for g in self.groups],
             "traffic_bytes": int(self.traffic_bytes),
@@ -215,16 +227,10 @@ def group_instances(graph: OpGraph) -> list[tuple[str, list[int]]]:
     return out
 
 
-def _dominant_dtype(graph: OpGraph) -> str:
-    weight: dict[str, int] = {}
-    for node in graph.nodes:
-        if node.outputs:
-            dtype = graph.tensors[node.outputs[0]].dtype
-            weight[dtype] = weight.get(dtype, 0) + max(node.flops, 1)
-    return max(weight, key=weight.get) if weight else "float32"
-
-
-def _groups(graph: OpGraph, stages: StagedBuild, launches: list[KernelLaunches]) -> list[GroupInfo]:
+def _groups(graph: OpGraph, stages: StagedBuild, launches: list[KernelLaunches],
+            library: dict[str, dict]) -> list[GroupInfo]:
+    """One entry per fused group (call site), with its PrimFunc's kernels per call; a library
+    kernel's flops come from its record (the graph sees an opaque call)."""
     from ..analysis import group_traffic_default
 
     prim_names = {gv.name_hint for gv, f in stages.graph.functions_items() if isinstance(f, tirx.PrimFunc)}
@@ -232,12 +238,13 @@ def _groups(graph: OpGraph, stages: StagedBuild, launches: list[KernelLaunches])
     groups = []
     for name, members in group_instances(graph):
         nodes = [graph.nodes[j] for j in members]
-        func = name if name in prim_names else None
+        func = name if name in prim_names or name in library else None
+        flops = int(library[name].get("flops", 0)) if name in library else int(sum(n.flops for n in nodes))
         groups.append(GroupInfo(
             name=name, func=func,
             ops=tuple(n.func_name for n in nodes),
             op_classes=tuple(n.op_class.value for n in nodes),
-            flops=int(sum(n.flops for n in nodes)),
+            flops=flops,
             traffic_bytes=int(group_traffic_default(graph, members)),
             kernels=per_call.get(func, 0) if func is not None else 0,
         ))
@@ -253,12 +260,15 @@ def report_from_stages(stages: StagedBuild, *, model_name: str = "IRModule", dev
     graph = OpGraph.from_module(stages.fused_ops)
     launches = kernel_launches(stages.lowered, stages.target)
     source = cuda_source(stages.executable)
-    groups = _groups(graph, stages, launches)
-    rules = dlight_rules_by_func(stages.scheduled)
+    library = library_kernels(stages.lowered)
+    groups = _groups(graph, stages, launches, library)
     group_ops = {g.func: g.ops for g in groups if g.func is not None}
-    fallbacks = find_fallbacks(graph, group_ops, stages.graph, stages.scheduled, rules)
-    flops = int(sum(n.flops for n in graph.nodes))
-    dtype = _dominant_dtype(graph)
+    fallbacks = find_fallbacks(graph, group_ops, stages.scheduled, set(library))
+    selection = {}
+    if stages.graph.attrs is not None and SELECTION_ATTR in stages.graph.attrs:
+        selection = json.loads(str(stages.graph.attrs[SELECTION_ATTR]))
+    flops = int(sum(g.flops for g in groups))
+    dtype = dominant_dtype(graph, range(len(graph.nodes)))
     everything = list(range(len(graph.nodes)))
     # lower bound: the whole model as one kernel (inputs and weights read once, outputs written once)
     least = int(group_traffic_default(graph, everything)) if everything else 0
@@ -268,10 +278,11 @@ def report_from_stages(stages: StagedBuild, *, model_name: str = "IRModule", dev
     return Report(
         model=model_name, device=spec.name, preset=stages.preset.name,
         target=target_label or str(stages.target),
-        kernels=sum(k.launches for k in launches), distinct_kernels=len(global_kernel_names(source)),
+        kernels=sum(k.launches for k in launches),
+        distinct_kernels=len(global_kernel_names(source)) + len({k.plan for k in launches if k.rule == "library"}),
         launches=launches, groups=groups, traffic_bytes=sum(g.traffic_bytes for g in groups),
         min_traffic_bytes=least, unfused_traffic_bytes=unfused, flops=flops, dtype=dtype,
-        fallback_ops=fallbacks, schedule_rules=rules or {},
+        fallback_ops=fallbacks, schedule_rules={k.func: k.rule for k in launches}, selection=selection,
         modelled_latency_s=max(compute_s, memory_s), modelled_compute_s=compute_s, modelled_memory_s=memory_s,
         compile_seconds=stages.compile_seconds, stage_seconds=dict(stages.stage_seconds),
         cuda_source=source if keep_source else None, build=stages,
@@ -308,11 +319,13 @@ def inspect(model_or_mod: Any, target: str | Mapping | tvm.target.Target = "tvm_
         Bad model, shapes, target or preset.
     """
     tgt = resolve_target(target)
+    if not is_gpu_target(tgt):
+        raise TvmExtError(f"target {tgt} is not a GPU target (its keys need 'gpu'); the report counts GPU kernels")
     spec = load_device(device) if device is not None else device_from_target(tgt)
     start = time.perf_counter()
     mod = load_module(model_or_mod, shapes=shapes, fp16=fp16)
     import_s = time.perf_counter() - start
-    stages = build_stages(mod, tgt, preset)
+    stages = build(mod, tgt, preset)
     stages.stage_seconds = {"import": import_s, **stages.stage_seconds}
     label = target if isinstance(target, str) else str(tgt)
     return report_from_stages(stages, model_name=_model_name(model_or_mod), device=spec, keep_source=keep_source,

@@ -151,7 +151,8 @@ def _ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def _inline_locals(func: tirx.PrimFunc, local: tuple[str, ...]) -> tuple[tvm.s_tir.Schedule, list[str]]:
+def inline_locals(func: tirx.PrimFunc, local: tuple[str, ...]) -> tuple[tvm.s_tir.Schedule, list[str]]:
+    """A schedule of ``func`` with the ops ``local`` inlined; also the names that would not inline."""
     sch = tvm.s_tir.Schedule(func)
     failed = []
     for name in local:
@@ -162,7 +163,7 @@ def _inline_locals(func: tirx.PrimFunc, local: tuple[str, ...]) -> tuple[tvm.s_t
     return sch, failed
 
 
-def _apply_split(sch: tvm.s_tir.Schedule, op: StitchOp, split: int) -> str:
+def apply_split(sch: tvm.s_tir.Schedule, op: StitchOp, split: int) -> str:
     """rfactor the reduction of ``op`` into ``split`` partial results; returns the new op's name."""
     block = sch.get_sblock(op.name)
     loops = sch.get_loops(block)
@@ -300,7 +301,7 @@ def plan_prim_func(func: tirx.PrimFunc, spec: DeviceSpec, options: PlanOptions |
     forced: set[str] = set()
     for _ in range(_MAX_REPLANS):
         dom = find_dominants(g0, force_candidates=frozenset(forced))
-        sch, failed = _inline_locals(func, dom.local)
+        sch, failed = inline_locals(func, dom.local)
         if failed:
             forced.update(failed)
             continue
@@ -323,7 +324,7 @@ def _plan_inlined(sch: tvm.s_tir.Schedule, dom: Dominance, spec: DeviceSpec, opt
     primary = mappings[reduce_doms[0]] if reduce_doms else None
     if primary is not None and primary.kind == "split":
         d = g1.op(reduce_doms[0])
-        rf_name = _apply_split(sch, d, primary.split)
+        rf_name = apply_split(sch, d, primary.split)
         split[d.name] = primary.split
         groups = dict(dom.groups)
         groups[d.name] = groups[d.name] + (rf_name,)
@@ -389,4 +390,4 @@ def _plan_inlined(sch: tvm.s_tir.Schedule, dom: Dominance, spec: DeviceSpec, opt
                       inlined_func=sch.mod["main"], graph=g1)
 
 
-__all__ = ["PlanOptions", "Stage", "StitchPlan", "StitchPlanError", "plan_prim_func"]
+__all__ = ["PlanOptions", "Stage", "StitchPlan", "StitchPlanError", "apply_split", "inline_locals", "plan_prim_func"]

@@ -18,13 +18,12 @@ One kernel, ``s_tir.Schedule`` primitives only:
 Example
 -------
 >>> tiles = plan_prologue_tiles(func, load_device("h100"))
->>> scheduled = build_prologue_schedule(func, load_device("h100"))
+>>> scheduled = build_prologue_schedule(func, tiles)
 """
 from __future__ import annotations
 
-import json
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import tvm
 import tvm_ffi
@@ -33,9 +32,9 @@ from tvm import tirx
 from ..analysis import element_bytes
 from ..graph import sblocks
 from ..hardware import DeviceSpec
-from .kernels import is_contraction
+from ..graph import is_contraction
 from .prologue import MAX_COLUMNS, SHARED_BUDGET
-from .schedule import _TVM_ERRORS, PLAN_ATTR, StitchScheduleError, zero_unit_bindings
+from .schedule import _TVM_ERRORS, StitchScheduleError, zero_unit_bindings
 
 #: Rows per block the builder tries, largest first.
 ROW_TILES = (32, 16, 8, 4)
@@ -173,8 +172,9 @@ def _bind_rows_and_lanes(sch, loops: list, tiles: PrologueTiles):
     return row_outer
 
 
-def build_prologue_schedule(func: tirx.PrimFunc, device: DeviceSpec) -> tirx.PrimFunc:
-    """Schedule a GEMM with a row-reduction prologue as one kernel (see the module docstring).
+def build_prologue_schedule(func: tirx.PrimFunc, tiles: PrologueTiles) -> tirx.PrimFunc:
+    """Schedule a GEMM with a row-reduction prologue as one kernel with the row tile ``tiles``
+    (from :func:`plan_prologue_tiles`; see the module docstring).
 
     Raises
     ------
@@ -182,7 +182,6 @@ def build_prologue_schedule(func: tirx.PrimFunc, device: DeviceSpec) -> tirx.Pri
         The function does not have the expected anatomy or a schedule primitive refused it.
     """
     a = _anatomy(func)
-    tiles = plan_prologue_tiles(func, device)
     sch = tvm.s_tir.Schedule(func)
     try:
         kept = []
@@ -221,10 +220,7 @@ def build_prologue_schedule(func: tirx.PrimFunc, device: DeviceSpec) -> tirx.Pri
             _bind_rows_and_lanes(sch, _loops_below(sch, block, row_outer), tiles)
     except _TVM_ERRORS as err:
         raise StitchScheduleError(f"schedule failed: {str(err).strip().splitlines()[0][:300]}") from None
-    summary = {"scheme": "gemm_prologue", "contraction": a.contraction, "operand": a.operand_block,
-               "operand_scope": "shared", **asdict(tiles)}
-    return zero_unit_bindings(sch.mod["main"]).with_attr("tirx.is_scheduled", True) \
-        .with_attr(PLAN_ATTR, json.dumps(summary))
+    return zero_unit_bindings(sch.mod["main"]).with_attr("tirx.is_scheduled", True)
 
 
 __all__ = ["PrologueTiles", "ROW_TILES", "THREADS_Y", "build_prologue_schedule", "plan_prologue_tiles"]

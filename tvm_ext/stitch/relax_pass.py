@@ -1,141 +1,59 @@
-"""The Relax side of stitching: the ``StitchMemoryIntensive`` pass and the graph stage of the preset.
+"""``StitchMemoryIntensive``: the stitch technique as one Relax pass usable alone.
 
-``StitchMemoryIntensive`` runs on a legalized module (after ``AnnotateTIROpPattern``): for every
-Relax function with a dataflow block it builds the :class:`~tvm_ext.graph.OpGraph`, computes
-the stitch scope (:func:`~tvm_ext.stitch.scope.stitch_scope`) and emits one ``Primitive``
-function per group of two or more nodes (:func:`~tvm_ext.stitch.emit.emit_groups`).
-``FuseTIR`` then makes each of them one PrimFunc. The kind of every emitted group is recorded
-in the module attribute ``"tvm_ext.stitch_groups"`` (function name -> ``"stitch"`` /
-``"epilogue"`` / ``"single"``), which survives ``FuseTIR`` (function attributes do not), so
-the schedule stage knows which PrimFuncs are stitched kernels.
+On a legalized module (after ``AnnotateTIROpPattern``) it runs the selection spine with the
+stitch generator and dlight's kernels for everything else, first come first served
+(:class:`~tvm_ext.select.select_pass.SelectKernels` with
+:class:`~tvm_ext.select.selector.PrioritySelector`): one ``Primitive`` function per stitched
+group, carrying its plan. ``FuseTIRKeepPlans`` and the schedule stage
+(:class:`~tvm_ext.driver.apply_plans.ApplyPlans`) build the kernels. The ``stitch`` preset runs
+the same thing inside its pipeline.
 
 Example
 -------
->>> mod = tvm.transform.Sequential(stitch_graph_passes(target))(mod)
->>> dict(mod.attrs["tvm_ext.stitch_groups"])["fused_reshape_transpose_..."]
-'stitch'
+>>> seq = tvm.transform.Sequential([relax.transform.LegalizeOps(), relax.transform.AnnotateTIROpPattern(),
+...                                 StitchMemoryIntensive(), FuseTIRKeepPlans()])
+>>> with tvm.target.Target("tvm_ext/h100"):
+...     fused = seq(mod)
 """
 from __future__ import annotations
 
-import logging
-
 import tvm
-from tvm import relax
 
-from ..graph import OpGraph
-from .emit import StitchEmitError, call_bindings, emit_groups
-from .scope import StitchScope, is_stitchable, stitch_scope
-from .split_slices import SplitToSlices
-
-logger = logging.getLogger(__name__)
-
-GROUPS_ATTR = "tvm_ext.stitch_groups"
-#: Module attribute set when the module could not be stitched (FuseOps was used instead).
-SKIPPED_ATTR = "tvm_ext.stitch_skipped"
-#: Attribute of each emitted Primitive function: the group kind (before ``FuseTIR`` drops it).
-KIND_ATTR = "tvm_ext.stitch_kind"
-
-
-def _has_dataflow(func) -> bool:
-    return isinstance(func, relax.Function) and isinstance(func.body, relax.SeqExpr) and any(
-        isinstance(b, relax.DataflowBlock) for b in func.body.blocks)
-
-
-def _is_primitive(func) -> bool:
-    return func.attrs is not None and "Primitive" in func.attrs and bool(func.attrs["Primitive"])
-
-
-def stitch_module(mod: tvm.IRModule, *, absorb_epilogues: bool = True, remote: bool = True,
-                  max_group_nodes: int | None = None) -> tuple[tvm.IRModule, dict[str, StitchScope]]:
-    """Apply the stitch scope to every Relax function of ``mod``; returns the module and the scopes.
-
-    Single memory-intensive nodes with several blocks (softmax, layer norm) are recorded as
-    ``"single"`` groups under their PrimFunc name so that they get the stitched schedule too.
-    If some function cannot be viewed as an OpGraph (shape-valued or dynamic variables), the
-    module is fused with TVM's ``FuseOps`` instead, exactly as the baseline does, and the reason
-    is recorded in the module attribute ``"tvm_ext.stitch_skipped"``.
-    """
-    groups_attr: dict[str, str] = {}
-    if mod.attrs is not None and GROUPS_ATTR in mod.attrs:
-        groups_attr.update({str(k): str(v) for k, v in mod.attrs[GROUPS_ATTR].items()})
-    names = [gv.name_hint for gv, f in mod.functions_items() if _has_dataflow(f) and not _is_primitive(f)]
-    graphs: dict[str, OpGraph] = {}
-    for name in names:
-        try:
-            graphs[name] = OpGraph.from_module(mod, name)
-        except ValueError as err:
-            logger.warning("stitching skipped, falling back to FuseOps: function '%s': %s", name, err)
-            return relax.transform.FuseOps()(mod).with_attr(SKIPPED_ATTR, f"{name}: {err}"), {}
-    scopes: dict[str, StitchScope] = {}
-    for name, graph in graphs.items():
-        scope = stitch_scope(graph, absorb_epilogues=absorb_epilogues, remote=remote,
-                             max_group_nodes=max_group_nodes)
-        groups = [g.nodes for g in scope.groups]
-        if len(call_bindings(mod[name])) != len(graph.nodes):
-            logger.warning("stitching of '%s' skipped: its calls do not match the OpGraph nodes", name)
-            continue
-        try:
-            mod, given = emit_groups(mod, groups, func_name=name,
-                                     attrs=[{KIND_ATTR: g.kind} for g in scope.groups])
-        except StitchEmitError as err:
-            logger.warning("stitching of '%s' skipped: %s", name, err)
-            continue
-        scopes[name] = scope
-        for group, fname in zip(scope.groups, given):
-            if fname:
-                groups_attr[fname] = group.kind
-            elif group.kind == "single" and is_stitchable(graph, group.nodes[0]):
-                groups_attr.setdefault(graph.nodes[group.nodes[0]].func_name, "single")
-    mod = mod.with_attr(GROUPS_ATTR, groups_attr)
-    return mod, scopes
+from ..hardware import device_from_target, planning_target
+from ..select.select_pass import SelectKernels
+from ..select.selector import PrioritySelector
+from .generator import StitchGenerator
+from .planner import PlanOptions
 
 
 @tvm.transform.module_pass(opt_level=0, name="tvm_ext.StitchMemoryIntensive")
 class StitchMemoryIntensive:
-    """Relax pass: one ``Primitive`` function per stitch group (AStitch §4.1); see the module docstring.
+    """Stitch memory-intensive groups of a legalized module (see the module docstring).
 
     Parameters
     ----------
-    absorb_epilogues : bool
-        Keep compute nodes' elementwise epilogues with them, as ``FuseOps`` does.
+    target : Target, optional
+        The GPU target to plan for (default: ``Target.current()``, else the default target).
     remote : bool
         Merge independent memory-intensive groups (remote stitching).
+    gemm_prologues : bool
+        Compute softmax-like groups inside the GEMM that reads them.
     max_group_nodes : int, optional
         Bound on the nodes of one stitch group.
+    options : PlanOptions, optional
+        Planner knobs.
     """
 
-    def __init__(self, absorb_epilogues: bool = True, remote: bool = True, max_group_nodes: int | None = None):
-        self.absorb_epilogues = absorb_epilogues
-        self.remote = remote
-        self.max_group_nodes = max_group_nodes
+    def __init__(self, target: tvm.target.Target | None = None, *, remote: bool = True, gemm_prologues: bool = True,
+                 max_group_nodes: int | None = None, options: PlanOptions | None = None):
+        self.target = target
+        self.generator = StitchGenerator(options, remote=remote, gemm_prologues=gemm_prologues,
+                                         max_group_nodes=max_group_nodes)
 
     def transform_module(self, mod: tvm.IRModule, ctx) -> tvm.IRModule:  # noqa: D102 - pass protocol
-        out, _ = stitch_module(mod, absorb_epilogues=self.absorb_epilogues, remote=self.remote,
-                               max_group_nodes=self.max_group_nodes)
-        return out
+        target = planning_target(self.target or tvm.target.Target.current(allow_none=True))
+        select = SelectKernels([self.generator, "dlight"], PrioritySelector(), device_from_target(target), target)
+        return select(mod)
 
 
-def stitch_graph_passes(target: tvm.target.Target | None = None) -> list:
-    """The whole graph stage of the ``stitch`` preset (what replaces the baseline's graph passes).
-
-    :class:`~tvm_ext.stitch.split_slices.SplitToSlices`, then the baseline's passes (TVM 0.27's
-    CUDA library dispatch and legalization, without the dlight step) with
-    :class:`StitchMemoryIntensive` in place of ``FuseOps``; ``FuseTIR`` follows. The result is
-    target independent and builds for ``llvm``.
-    """
-    from tvm.relax.backend.cuda import pipeline as cuda
-
-    tgt = target if target is not None else tvm.target.Target({"kind": "cuda", "arch": "sm_90"})
-    passes: list = [SplitToSlices()]
-    for p in cuda.library_dispatch_passes(tgt) + cuda.legalize_passes(tgt):
-        name = p.info.name
-        if name == "ApplyDefaultSchedule":
-            continue
-        if name == "FuseOps":
-            passes.append(StitchMemoryIntensive())
-            continue
-        passes.append(p)
-    return passes
-
-
-__all__ = ["GROUPS_ATTR", "KIND_ATTR", "SKIPPED_ATTR", "StitchMemoryIntensive", "stitch_graph_passes", "stitch_module"]
+__all__ = ["StitchMemoryIntensive"]

@@ -18,13 +18,11 @@ inlined, a split reduction already factored):
 Example
 -------
 >>> plan = plan_prim_func(func, load_device("h100"))
->>> scheduled = build_schedule(plan)
+>>> scheduled = build_schedule(plan)        # a plan read back from JSON: build_schedule(realize(func, plan))
 >>> scheduled.attrs["tirx.is_scheduled"]
 True
 """
 from __future__ import annotations
-
-import json
 
 import tvm
 import tvm_ffi
@@ -36,7 +34,6 @@ from .locality import row_split
 from .ops import StitchGraph
 from .planner import Stage, StitchPlan
 
-PLAN_ATTR = "tvm_ext.stitch_plan"
 #: What TVM's schedule primitives and IR checks raise (ScheduleError and InternalError are RuntimeErrors).
 _TVM_ERRORS = (RuntimeError, ValueError, TypeError)
 
@@ -173,8 +170,8 @@ def zero_unit_bindings(func: tirx.PrimFunc) -> tirx.PrimFunc:
 def build_schedule(plan: StitchPlan) -> tirx.PrimFunc:
     """Realize ``plan`` (see the module docstring); returns the scheduled PrimFunc.
 
-    The result carries ``tirx.is_scheduled``, the plan summary (``"tvm_ext.stitch_plan"``, JSON)
-    and, for kernels with a grid barrier, ``"tvm_ext.min_blocks_per_sm"`` (the launch bound).
+    The result carries ``tirx.is_scheduled`` and, for kernels with a grid barrier,
+    ``"tvm_ext.min_blocks_per_sm"`` (the launch bound).
 
     Raises
     ------
@@ -202,7 +199,7 @@ def build_schedule(plan: StitchPlan) -> tirx.PrimFunc:
     func, barriers = insert_grid_sync(func)
     if barriers != 0 and not plan.needs_grid_sync:
         raise StitchScheduleError("the kernel needs a grid barrier the plan did not foresee")
-    func = func.with_attr("tirx.is_scheduled", True).with_attr(PLAN_ATTR, json.dumps(plan.summary()))
+    func = func.with_attr("tirx.is_scheduled", True)
     if barriers:
         func = func.with_attr(MIN_BLOCKS_ATTR, plan.launch.blocks_per_sm)
     return func
@@ -242,4 +239,4 @@ def promote_workspace(func: tirx.PrimFunc) -> tuple[tirx.PrimFunc, list]:
     return new_func, buffers
 
 
-__all__ = ["PLAN_ATTR", "StitchScheduleError", "build_schedule", "global_workspaces", "promote_workspace"]
+__all__ = ["StitchScheduleError", "build_schedule", "global_workspaces", "promote_workspace"]

@@ -1,6 +1,6 @@
 """Stitch scope (AStitch §4.1): which OpGraph nodes become one kernel.
 
-1. *Epilogues* (:mod:`tvm_ext.stitch.compute_groups`). A compute node (matmul, conv) keeps
+1. *Epilogues* (:func:`tvm_ext.select.groups.compute_groups`). A compute node (matmul, conv) keeps
    the chain of elementwise / broadcast consumers TVM's ``FuseOps`` would give it (bias add,
    activation, residual add), so compute kernels stay as in the baseline and those ops do not
    count as stitched work. It also takes the layout nodes (reshape, transpose, slice) that
@@ -34,7 +34,7 @@ import tvm
 import tvm_ffi
 
 from ..graph import OpClass, OpGraph, sblocks
-from .compute_groups import epilogue_chain, is_compute, is_compute_intensive, is_matmul, layout_prologue
+from ..select.groups import compute_groups, is_compute, is_compute_intensive
 from .prologue import prologue_target
 
 #: Operator classes that stitching treats as memory-intensive (paper §2.1).
@@ -192,21 +192,8 @@ def stitch_scope(graph: OpGraph, *, absorb_epilogues: bool = True, absorb_layout
         Every node in exactly one group; groups listed in topological order of their first node.
     """
     order = graph.topological_order()
-    taken: set[int] = set()
-    epilogues: list[list[int]] = []
-    if absorb_epilogues:
-        position = {n: k for k, n in enumerate(order)}
-        for i in order:
-            if graph.nodes[i].func is not None and is_compute_intensive(graph, i) and i not in taken:
-                layout = absorb_layout and is_matmul(graph, i)
-                chain = epilogue_chain(graph, i, taken, position, layout)
-                if layout:
-                    prologue = layout_prologue(graph, i, taken | set(chain))
-                    if prologue and graph.is_convex(set(prologue) | {i} | set(chain)):
-                        chain = prologue + chain
-                if chain:
-                    epilogues.append([i] + chain)
-                    taken.update([i] + chain)
+    epilogues = compute_groups(graph, absorb_layout=absorb_layout) if absorb_epilogues else []
+    taken = {n for group in epilogues for n in group}
 
     clusters = _Clusters(graph)
     limit = max_group_nodes or len(graph.nodes)

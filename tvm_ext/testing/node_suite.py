@@ -35,7 +35,7 @@ import onnx
 import tvm
 
 from ..errors import TvmExtError
-from ..pipeline import DEFAULT_PRESET, get_preset
+from ..driver import DEFAULT_PRESET, get_preset
 from .compare import compare_outputs, mismatch_message
 from .isolated_pool import IsolatedPool
 from .node_cases import NodeCase, list_cases, load_case

@@ -22,7 +22,7 @@ import onnx
 from onnx.backend.base import Backend, BackendRep, Device, DeviceType, namedtupledict
 
 from ..errors import TvmExtError
-from ..pipeline import DEFAULT_PRESET, get_preset
+from ..driver import DEFAULT_PRESET, get_preset
 from .oracle import CpuVM, build_cpu, onnx_user_inputs, run_cpu
 
 

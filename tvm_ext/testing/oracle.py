@@ -33,7 +33,7 @@ import tvm_ffi
 from tvm import relax
 
 from ..errors import NumericsMismatchError, TvmExtError
-from ..pipeline import DEFAULT_PRESET, get_preset, preset_pipeline
+from ..driver import DEFAULT_PRESET, build, get_preset
 from .compare import OutputError, assert_close, compare_outputs, mismatch_message
 
 logger = logging.getLogger(__name__)
@@ -92,7 +92,7 @@ def build_cpu(mod: tvm.IRModule, preset: str = DEFAULT_PRESET) -> CpuVM:
     get_preset(preset)
     target = cpu_target()
     start = time.perf_counter()
-    executable = tvm.compile(mod, target, relax_pipeline=preset_pipeline(preset, target))
+    executable = build(mod, target, preset).executable
     logger.debug("built for llvm with preset %s in %.2f s", preset, time.perf_counter() - start)
     return CpuVM(executable, mod, preset)
 

@@ -6,14 +6,24 @@ bindings; the calling function calls it once and unpacks the escaping results. C
 read by the group become parameters (as ``FuseOps`` lifts them). ``relax.transform.FuseTIR``
 then turns each such function into one PrimFunc.
 
+A group may instead come with a *maker* (a library generator's): it is handed the group's
+bindings and escaping variables and returns the callee and arguments of the call that replaces
+them (a ``Codegen`` function for a library kernel); such a group is emitted even with one node.
+
 The bindings of the calling function are re-ordered topologically over units (one per
 group, one per remaining binding), which is always possible because groups are convex.
+
+Example
+-------
+>>> new_mod, names = emit_groups(mod, [[3, 4, 5]], attrs=[{"tvm_ext.plan": text}])
+>>> names
+['fused_layer_norm_add']
 """
 from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 import tvm
 from tvm import relax
@@ -23,8 +33,12 @@ from ..errors import TvmExtError
 _CALL_TIR = tvm.ir.Op.get("relax.call_tir")
 
 
-class StitchEmitError(TvmExtError):
+class EmitError(TvmExtError):
     """A node group cannot be emitted as one function (it is not convex or not in one block)."""
+
+
+#: ``maker(bb, member_bindings, escaping_vars) -> (callee, args)`` for a group emitted as a library call.
+Maker = Callable[[relax.BlockBuilder, list, list], tuple]
 
 
 def call_bindings(func: relax.Function) -> list[tuple[int, int]]:
@@ -38,7 +52,7 @@ def call_bindings(func: relax.Function) -> list[tuple[int, int]]:
     return found
 
 
-def _refs(expr) -> list:
+def var_refs(expr) -> list:
     """Relax variables referenced by ``expr`` (in first-use order)."""
     seen: list = []
 
@@ -71,7 +85,7 @@ class _Unit:
 
 
 @relax.expr_functor.mutator
-class _Rebind(relax.PyExprMutator):
+class Rebind(relax.PyExprMutator):
     """Replace variables and constants by new variables."""
 
     def __init__(self, mapping: Mapping):
@@ -90,7 +104,8 @@ class _Rebind(relax.PyExprMutator):
 
 def emit_groups(mod: tvm.IRModule, groups: Sequence[Sequence[int]], *, func_name: str = "main",
                 names: Sequence[str] | None = None,
-                attrs: Sequence[Mapping[str, object]] | None = None) -> tuple[tvm.IRModule, list[str]]:
+                attrs: Sequence[Mapping[str, object]] | None = None,
+                makers: Sequence[Maker | None] | None = None) -> tuple[tvm.IRModule, list[str]]:
     """Turn each node group of ``mod[func_name]`` into a ``Primitive`` function.
 
     Parameters
@@ -105,6 +120,8 @@ def emit_groups(mod: tvm.IRModule, groups: Sequence[Sequence[int]], *, func_name
         Function name per group (made unique); default ``fused_<member funcs>``.
     attrs : sequence of mappings, optional
         Extra function attributes per group (besides ``Primitive``).
+    makers : sequence of callables or None, optional
+        Per group, a maker that emits the group as a call of its own (see the module docstring).
 
     Returns
     -------
@@ -113,7 +130,7 @@ def emit_groups(mod: tvm.IRModule, groups: Sequence[Sequence[int]], *, func_name
 
     Raises
     ------
-    StitchEmitError
+    EmitError
         A group spans several binding blocks, or is not convex.
     """
     func = mod[func_name]
@@ -121,11 +138,11 @@ def emit_groups(mod: tvm.IRModule, groups: Sequence[Sequence[int]], *, func_name
     blocks = list(func.body.blocks)
     owner: dict[tuple[int, int], int] = {}
     for gi, nodes in enumerate(groups):
-        if len(nodes) < 2:
+        if len(nodes) < 2 and not (makers and makers[gi] is not None):
             continue
         where = {sites[n][0] for n in nodes}
         if len(where) != 1 or not isinstance(blocks[next(iter(where))], relax.DataflowBlock):
-            raise StitchEmitError(f"group {gi} spans binding blocks {sorted(where)} or is outside a dataflow block")
+            raise EmitError(f"group {gi} spans binding blocks {sorted(where)} or is outside a dataflow block")
         for n in nodes:
             owner[sites[n]] = gi
 
@@ -136,7 +153,7 @@ def emit_groups(mod: tvm.IRModule, groups: Sequence[Sequence[int]], *, func_name
         if not any(key[0] == bi for key in owner):
             new_blocks.append(block)
             continue
-        new_blocks.append(_rewrite_block(bb, block, bi, owner, groups, names, attrs, given, func))
+        new_blocks.append(_rewrite_block(bb, block, bi, owner, names, attrs, makers, given))
     new_body = relax.SeqExpr(new_blocks, func.body.body)
     new_func = relax.Function(list(func.params), new_body, func.ret_ty, func.is_pure, func.attrs)
     out = bb.get()
@@ -144,7 +161,7 @@ def emit_groups(mod: tvm.IRModule, groups: Sequence[Sequence[int]], *, func_name
     return out, given
 
 
-def _rewrite_block(bb: relax.BlockBuilder, block, bi: int, owner, groups, names, attrs, given, func):
+def _rewrite_block(bb: relax.BlockBuilder, block, bi: int, owner, names, attrs, makers, given):
     bindings = list(block.bindings)
     defined: dict = {}  # var -> unit id
     units: list[_Unit] = []
@@ -153,7 +170,7 @@ def _rewrite_block(bb: relax.BlockBuilder, block, bi: int, owner, groups, names,
         gi = owner.get((bi, ki))
         if gi is None and not isinstance(binding.value, relax.Call):
             # a tuple / alias / item binding joins a group only if everything it reads is the group's
-            refs = _refs(binding.value)
+            refs = var_refs(binding.value)
             homes = {defined.get(r) for r in refs}
             if refs and len(homes) == 1 and None not in homes and units[next(iter(homes))].group is not None:
                 gi = units[next(iter(homes))].group
@@ -171,14 +188,14 @@ def _rewrite_block(bb: relax.BlockBuilder, block, bi: int, owner, groups, names,
     deps: list[set[int]] = [set() for _ in units]
     for uid, unit in enumerate(units):
         for ki in unit.bindings:
-            for r in _refs(bindings[ki].value):
+            for r in var_refs(bindings[ki].value):
                 if r in defined and defined[r] != uid:
                     deps[uid].add(defined[r])
     # escaping vars of each group: used by another unit, or a non-dataflow (block output) var
     used_elsewhere: dict[int, list] = {uid: [] for uid in range(len(units))}
     for uid, unit in enumerate(units):
         for ki in unit.bindings:
-            for r in _refs(bindings[ki].value):
+            for r in var_refs(bindings[ki].value):
                 if r in defined and defined[r] != uid and not any(r.same_as(x) for x in used_elsewhere[defined[r]]):
                     used_elsewhere[defined[r]].append(r)
     for uid, unit in enumerate(units):
@@ -197,15 +214,20 @@ def _rewrite_block(bb: relax.BlockBuilder, block, bi: int, owner, groups, names,
         escaping = [b.var for ki in unit.bindings if (b := bindings[ki]).var in used_elsewhere[uid]]
         escaping = [v for v in used_elsewhere[uid] if any(v.same_as(e) for e in escaping)]
         gi = unit.group
-        name = (names[gi] if names else "") or _default_name(bindings, unit.bindings)
-        extra = dict(attrs[gi]) if attrs else {}
-        gvar, args = _make_function(bb, [bindings[ki] for ki in unit.bindings], escaping, name, extra)
-        given[gi] = gvar.name_hint
-        call = relax.Call(gvar, args)
+        members = [bindings[ki] for ki in unit.bindings]
+        maker = makers[gi] if makers else None
+        if maker is not None:
+            callee, args = maker(bb, members, escaping)
+        else:
+            name = (names[gi] if names else "") or _default_name(bindings, unit.bindings)
+            extra = dict(attrs[gi]) if attrs else {}
+            callee, args = _make_function(bb, members, escaping, name, extra)
+        given[gi] = callee.name_hint
+        call = relax.Call(callee, args)
         if len(escaping) == 1:
             out_bindings.append(relax.VarBinding(escaping[0], bb.normalize(call)))
         else:
-            tup = relax.DataflowVar(f"{gvar.name_hint}_out", bb.normalize(call).ty)
+            tup = relax.DataflowVar(f"{callee.name_hint}_out", bb.normalize(call).ty)
             out_bindings.append(relax.VarBinding(tup, bb.normalize(call)))
             for i, var in enumerate(escaping):
                 out_bindings.append(relax.VarBinding(var, bb.normalize(relax.TupleGetItem(tup, i))))
@@ -229,7 +251,7 @@ def _topological(deps: list[set[int]]) -> list[int]:
             if indeg[v] == 0:
                 heapq.heappush(ready, v)
     if len(order) != len(deps):
-        raise StitchEmitError("node groups are not convex: their binding units form a cycle")
+        raise EmitError("node groups are not convex: their binding units form a cycle")
     return order
 
 
@@ -249,7 +271,7 @@ def _make_function(bb: relax.BlockBuilder, members: list, escaping: list, name: 
     args: list = []
     mapping: dict = {}
     for b in members:
-        for r in _refs(b.value):
+        for r in var_refs(b.value):
             if r not in inner and r not in mapping:
                 mapping[r] = relax.Var(r.name, r.ty)
                 args.append(r)
@@ -264,7 +286,7 @@ def _make_function(bb: relax.BlockBuilder, members: list, escaping: list, name: 
     for b in members:
         is_out = single_last and b.var.same_as(last)
         var = (relax.Var if is_out else relax.DataflowVar)(b.var.name, b.var.ty)
-        value = _Rebind(mapping).visit_expr(b.value)
+        value = Rebind(mapping).visit_expr(b.value)
         mapping[b.var] = var
         new_bindings.append(relax.VarBinding(var, value))
     if single_last:
@@ -283,3 +305,6 @@ def _make_function(bb: relax.BlockBuilder, members: list, escaping: list, name: 
         fn = fn.with_attr(key, value)
     gvar = bb.add_func(fn, name)
     return gvar, args
+
+
+__all__ = ["EmitError", "Maker", "Rebind", "call_bindings", "emit_groups", "var_refs"]

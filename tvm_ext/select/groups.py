@@ -1,10 +1,16 @@
-"""Which nodes a compute node (matmul, conv) keeps in its kernel: epilogues and layout prologues.
+"""Compute groups: which nodes a compute node (matmul, conv) keeps in its kernel.
 
 As TVM's ``FuseOps`` does, a compute node keeps the chain of elementwise / broadcast consumers
 that follow it (bias, activation, residual). A matmul also keeps the pure data-movement nodes
 (reshape, transpose, slice) that only feed it or only follow its epilogue, since dlight's
-matmul schedule reads and writes through them. :func:`~tvm_ext.stitch.scope.stitch_scope`
-builds its ``"epilogue"`` groups from these.
+matmul schedule reads and writes through them. :func:`compute_groups` gives these groups for a
+whole graph; the dlight generator proposes them as candidates and the stitch scope keeps
+their nodes out of its clusters.
+
+Example
+-------
+>>> [[graph.nodes[n].func_name for n in g] for g in compute_groups(graph)][:1]
+[['reshape', 'matmul', 'add', 'gelu']]
 """
 from __future__ import annotations
 
@@ -13,8 +19,7 @@ import heapq
 import tvm
 import tvm_ffi
 
-from ..graph import OpClass, OpGraph, TensorKind, sblocks
-from .kernels import has_contraction
+from ..graph import OpClass, OpGraph, TensorKind, has_contraction, sblocks
 
 #: TVM op patterns an epilogue may have (``kElemWise``, ``kBroadcast``).
 _EPILOGUE_PATTERNS = (0, 1)
@@ -136,4 +141,30 @@ def layout_prologue(graph: OpGraph, index: int, taken: set[int]) -> list[int]:
     return found
 
 
-__all__ = ["epilogue_chain", "is_compute", "is_compute_intensive", "is_layout", "is_matmul", "layout_prologue"]
+def compute_groups(graph: OpGraph, *, absorb_layout: bool = True) -> list[list[int]]:
+    """Every compute-intensive node with its epilogue chain (and, for a matmul with
+    ``absorb_layout``, its layout prologue and the layout nodes after its epilogue), in
+    topological order of their compute nodes; nodes are taken once. Compute nodes that keep
+    nothing are not listed."""
+    order = graph.topological_order()
+    position = {n: k for k, n in enumerate(order)}
+    taken: set[int] = set()
+    groups: list[list[int]] = []
+    for i in order:
+        if graph.nodes[i].func is None or not is_compute_intensive(graph, i) or i in taken:
+            continue
+        layout = absorb_layout and is_matmul(graph, i)
+        chain = epilogue_chain(graph, i, taken, position, layout)
+        if layout:
+            prologue = layout_prologue(graph, i, taken | set(chain))
+            if prologue and graph.is_convex(set(prologue) | {i} | set(chain)):
+                chain = prologue + chain
+        if chain:
+            members = set([i] + chain)
+            groups.append([n for n in order if n in members])
+            taken.update(members)
+    return groups
+
+
+__all__ = ["compute_groups", "epilogue_chain", "is_compute", "is_compute_intensive", "is_layout", "is_matmul",
+           "layout_prologue"]

@@ -1,0 +1,62 @@
+"""CUTLASS measurements in the shared :class:`~tvm_ext.select.database.Database`.
+
+A CUTLASS record is keyed by the workload key (``gemm_b1_m256_n512_k128_rc``), the device it was
+measured on and ``"<input dtype>-><output dtype>"``; its ``config`` is the
+:class:`~tvm_ext.cutlass.config.KernelConfig`. A configuration measured on a device may not build
+for every target of that device (CUTLASS 3.x kernels need ``sm_90a``), so lookups filter by the
+target's arch.
+
+Example
+-------
+>>> db.add(cutlass_record(wl, cfg, "h100", latency_s=3.1e-6))
+>>> best_config(db, wl, "h100", "sm_90a")
+(KernelConfig(api='3x', ...), 3.1e-06)
+"""
+from __future__ import annotations
+
+from ..select.database import Database, Record
+from .config import API_3X, KernelConfig
+
+GENERATOR = "cutlass"
+
+
+def dtype_key(in_dtype: str, out_dtype: str) -> str:
+    """The dtype part of a key, e.g. ``"float16->float32"``."""
+    return f"{in_dtype}->{out_dtype}"
+
+
+def workload_dtype(wl) -> str:
+    """The dtype part of ``wl``'s records."""
+    return dtype_key(wl.dtype, wl.final_dtype)
+
+
+def builds_for(cfg: KernelConfig, arch: str) -> bool:
+    """Whether ``cfg`` compiles for ``arch`` (3.x kernels need an ``a`` arch of compute capability 9.0)."""
+    return cfg.api != API_3X or arch == "sm_90a"
+
+
+def cutlass_record(wl, cfg: KernelConfig, device: str, latency_s: float, source: str = "cutlass profiler") -> Record:
+    """The record of one measured configuration."""
+    return Record(key=wl.key(), device=device, dtype=workload_dtype(wl), generator=GENERATOR, latency_s=latency_s,
+                  config=cfg.to_dict(), source=source)
+
+
+def best_config(database: Database | None, wl, device: str, arch: str) -> tuple[KernelConfig, float] | None:
+    """The fastest measured configuration of ``wl`` on ``device`` that builds for ``arch``, with its
+    latency in seconds; None without a usable record."""
+    if database is None:
+        return None
+    usable = []
+    for rec in database.records(wl.key(), device, workload_dtype(wl)):
+        if rec.generator != GENERATOR:
+            continue
+        cfg = KernelConfig.from_dict(rec.config)
+        if builds_for(cfg, arch):
+            usable.append((rec.latency_s, cfg))
+    if not usable:
+        return None
+    latency, cfg = min(usable, key=lambda item: item[0])
+    return cfg, latency
+
+
+__all__ = ["GENERATOR", "best_config", "builds_for", "cutlass_record", "dtype_key", "workload_dtype"]

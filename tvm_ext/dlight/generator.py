@@ -1,0 +1,131 @@
+"""The dlight generator: TVM's own kernels as candidates, so a cover always exists.
+
+It proposes
+
+* every node alone (a *singleton*), and
+* every compute node with its epilogue chain and layout neighbours
+  (:func:`tvm_ext.select.groups.compute_groups`: the kernels TVM's ``FuseOps`` + dlight make
+  for a GEMM or convolution),
+
+each planned by scheduling its fused PrimFunc with TVM's dlight rules in their default order
+(:func:`~tvm_ext.dlight.rules.apply_rules`): the plan is the rule that applied, the launch shape
+and code path are read from the scheduled function. The schedule stage applies that rule again
+to the kernel's PrimFunc.
+
+Example
+-------
+>>> cands = DlightGenerator().candidates(ctx)
+>>> sorted({c.plan.rule for c in cands})
+['Fallback', 'GeneralReduction', 'Matmul', 'Reduction']
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import tvm
+import tvm_ffi
+from tvm import tirx
+
+from ..hardware import DeviceSpec
+from ..select.candidate import Candidate, CodePath
+from ..select.context import SelectionContext
+from ..select.generator import ScheduledKernel, register_generator
+from ..select.groups import compute_groups
+from ..select.launch import launch_shape
+from .rules import apply_rules, mark_dlight
+
+logger = logging.getLogger(__name__)
+
+#: Storage scopes of tensor-core fragments (dlight's tensorized matmul uses WMMA).
+_TENSOR_CORE_SCOPES = ("wmma.matrix_a", "wmma.matrix_b", "wmma.accumulator", "m16n8k8.matrixA")
+
+
+@dataclass(frozen=True)
+class DlightPlan:
+    """Schedule a kernel with dlight's rule ``rule`` (``"none"``: no rule applies).
+
+    Attributes
+    ----------
+    rule : str
+        Class name of the dlight rule (``"Matmul"``, ``"Reduction"``, ``"Fallback"``, ...).
+    group : str
+        ``"single"`` or ``"compute"`` (a compute node with its epilogue).
+    """
+
+    generator: ClassVar[str] = "dlight"
+
+    rule: str
+    group: str = "single"
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON form."""
+        return {"rule": self.rule, "group": self.group}
+
+    def summary(self) -> str:
+        """One line for reports."""
+        return f"dlight {self.rule}" + (" (compute + epilogue)" if self.group == "compute" else "")
+
+
+def uses_tensor_cores(func: tirx.PrimFunc) -> bool:
+    """Whether a scheduled ``func`` allocates tensor-core fragments."""
+    found: list[bool] = []
+
+    def on_block(block) -> None:
+        for buf in block.alloc_buffers:
+            if str(getattr(buf.ty, "storage_scope", "")).startswith(_TENSOR_CORE_SCOPES):
+                found.append(True)
+
+    tvm_ffi.structural_walk(func.body, (tvm.s_tir.SBlock, on_block))
+    return bool(found)
+
+
+class DlightGenerator:
+    """Singletons and compute groups scheduled by dlight (see the module docstring)."""
+
+    name = "dlight"
+    kernel_kind = "tir"
+    #: TVM's own schedules are not lowered twice.
+    verify_lowering = False
+
+    def prepare_passes(self, target: tvm.target.Target) -> list:  # noqa: D102 - protocol
+        return []
+
+    def plan_from_json(self, data: dict[str, Any]) -> DlightPlan:  # noqa: D102 - protocol
+        return DlightPlan(rule=str(data["rule"]), group=str(data.get("group", "single")))
+
+    def candidates(self, ctx: SelectionContext) -> list[Candidate]:
+        """Compute groups first, then every call node alone."""
+        out = []
+        for group in compute_groups(ctx.graph):
+            out.append(self.candidate(ctx, group, "compute", "compute node with its epilogue chain"))
+        for n in ctx.call_nodes():
+            out.append(self.candidate(ctx, (n,), "single", "node alone"))
+        return out
+
+    def candidate(self, ctx: SelectionContext, nodes, group: str, provenance: str) -> Candidate:
+        """The dlight candidate over ``nodes`` (scheduled once per signature)."""
+        members = ctx.ordered(nodes)
+        key = ("dlight", ctx.signature(members))
+
+        def plan() -> tuple[DlightPlan, Any, CodePath]:
+            outcome = apply_rules(ctx.fused_function(members), ctx.target)
+            path = CodePath.MMA_SYNC if uses_tensor_cores(outcome.func) else CodePath.SIMT
+            return DlightPlan(outcome.rule, group), launch_shape(outcome.func), path
+
+        plan_, launch, path = ctx.memo(key, plan)
+        return Candidate.of(ctx.graph, members, plan_, launch=launch, code_path=path, provenance=provenance,
+                            key=repr(key[1]))
+
+    def schedule(self, func: tirx.PrimFunc, plan: DlightPlan, device: DeviceSpec) -> ScheduledKernel:
+        """Apply the plan's rule (the next rule in dlight's order if it raises, reported)."""
+        target = tvm.target.Target.current(allow_none=False)
+        outcome = apply_rules(func, target, only=plan.rule)
+        scheduled = mark_dlight(func, outcome)
+        return ScheduledKernel(scheduled, rule=outcome.rule)
+
+
+register_generator(DlightGenerator())
+
+__all__ = ["DlightGenerator", "DlightPlan", "uses_tensor_cores"]

@@ -1,0 +1,164 @@
+"""The schedule stage's first step: build every kernel's plan with the generator that made it.
+
+:class:`ApplyPlans` is a dlight-style rule driver: for every unscheduled PrimFunc that carries a
+plan (:data:`~tvm_ext.select.attrs.PLAN_ATTR`), the generator named in the plan builds exactly
+that plan (``generator.schedule(func, plan, device)``). A generator that refuses (or, for
+generators that ask for it, a kernel TVM's lowering rejects) leaves the function unscheduled and
+marks it with :data:`~tvm_ext.select.attrs.FALLBACK_ATTR`; dlight's rules then schedule it
+(:class:`~tvm_ext.dlight.SafeDefaultSchedule`, the next step) and the report lists it.
+
+Global workspaces a kernel needs become extra outputs of its PrimFunc, allocated by the Relax VM
+at every call site (a kernel cannot allocate global memory).
+
+Example
+-------
+>>> scheduled = ApplyPlans(load_device("h100"), target)(fused)
+"""
+from __future__ import annotations
+
+import logging
+
+import tvm
+from tvm import relax, tirx
+
+from ..dlight.rules import is_scheduled
+from ..hardware import DeviceSpec
+from ..ir_update import with_functions
+from ..select.attrs import FALLBACK_ATTR, GENERATOR_ATTR, RULE_ATTR
+from ..select.generator import ScheduleRefused, get_generator
+from ..select.plan import PlanError, plan_of
+from ..tir import PIPELINE_NAME
+
+logger = logging.getLogger(__name__)
+#: What TVM's lowering raises for a kernel it rejects (InternalError is a RuntimeError).
+_LOWERING_ERRORS = (RuntimeError, ValueError, TypeError)
+
+
+def lowering_problem(func: tirx.PrimFunc, name: str, target: tvm.target.Target) -> str | None:
+    """Lower and generate code for ``func`` alone; the last error line, or None if it builds."""
+    try:
+        with target:
+            tvm.tirx.build(tvm.IRModule({name: func.with_attr("global_symbol", name)}), target=target,
+                           pipeline=PIPELINE_NAME)
+    except _LOWERING_ERRORS as err:
+        text = str(err).strip()
+        return text.splitlines()[-1][:300] if text else type(err).__name__
+    return None
+
+
+def _ws_type(buf) -> relax.TensorType:
+    return relax.TensorType([int(d) for d in buf.ty.shape], str(buf.ty.dtype))
+
+
+def _split_call(bb: relax.BlockBuilder, binding, gvar, buffers: list, block) -> list:
+    call = binding.value
+    var = binding.var
+    orig = call.ty if hasattr(call, "ty") else var.ty
+    fields = list(orig.fields) if isinstance(orig, relax.TupleType) else [orig]
+    out_ty = fields + [_ws_type(b) for b in buffers]
+    new_call = bb.normalize(relax.call_tir(gvar, call.args[1], out_ty))
+    var_cls = relax.DataflowVar if isinstance(block, relax.DataflowBlock) else relax.Var
+    tmp = var_cls(f"{var.name}_ws", new_call.ty)
+    out = [relax.VarBinding(tmp, new_call)]
+    if isinstance(orig, relax.TupleType):
+        items = []
+        for i in range(len(fields)):
+            item = var_cls(f"{var.name}_{i}", fields[i])
+            out.append(relax.VarBinding(item, bb.normalize(relax.TupleGetItem(tmp, i))))
+            items.append(item)
+        out.append(relax.VarBinding(var, bb.normalize(relax.Tuple(items))))
+    else:
+        out.append(relax.VarBinding(var, bb.normalize(relax.TupleGetItem(tmp, 0))))
+    return out
+
+
+def add_workspace_outputs(mod: tvm.IRModule, workspaces: dict[str, list]) -> tvm.IRModule:
+    """Re-add the PrimFuncs that gained workspace outputs (their GlobalVar types change) and give
+    every ``call_tir`` of them the extra outputs, unpacking the original results."""
+    call_tir = tvm.ir.Op.get("relax.call_tir")
+    changed = {name: mod[name] for name in workspaces}
+    kept = {gv: f for gv, f in mod.functions_items() if gv.name_hint not in changed}
+    out = tvm.IRModule(kept, attrs=mod.attrs)
+    bb = relax.BlockBuilder(out)
+    new_gvs = {name: bb.add_func(func, name) for name, func in changed.items()}
+    for gv, func in list(bb.get().functions_items()):
+        if not isinstance(func, relax.Function) or not isinstance(func.body, relax.SeqExpr):
+            continue
+        touched = False
+        blocks = []
+        for block in func.body.blocks:
+            bindings = []
+            for binding in block.bindings:
+                value = binding.value
+                if (isinstance(value, relax.Call) and value.op.same_as(call_tir)
+                        and value.args[0].name_hint in new_gvs):
+                    touched = True
+                    name = value.args[0].name_hint
+                    bindings.extend(_split_call(bb, binding, new_gvs[name], workspaces[name], block))
+                else:
+                    bindings.append(binding)
+            blocks.append(relax.DataflowBlock(bindings) if isinstance(block, relax.DataflowBlock)
+                          else relax.BindingBlock(bindings))
+        if touched:
+            bb.update_func(gv, relax.Function(list(func.params), relax.SeqExpr(blocks, func.body.body),
+                                              func.ret_ty, func.is_pure, func.attrs))
+    return bb.get()
+
+
+@tvm.transform.module_pass(opt_level=0, name="tvm_ext.ApplyPlans")
+class ApplyPlans:
+    """Build every planned kernel with its generator (see the module docstring).
+
+    Parameters
+    ----------
+    device : DeviceSpec
+        The device the plans were made for.
+    target : tvm.target.Target, optional
+        Where kernels of generators with ``verify_lowering`` are lowered alone as a check
+        (default ``Target.current()``; ``None`` there skips the check).
+    """
+
+    def __init__(self, device: DeviceSpec, target: tvm.target.Target | None = None):
+        self.device = device
+        self.target = target
+
+    def transform_module(self, mod: tvm.IRModule, ctx) -> tvm.IRModule:  # noqa: D102 - pass protocol
+        target = self.target or tvm.target.Target.current(allow_none=True)
+        updates = {}
+        workspaces: dict[str, list] = {}
+        for gv, func in mod.functions_items():
+            if not isinstance(func, tirx.PrimFunc) or is_scheduled(func):
+                continue
+            try:
+                plan = plan_of(func)
+            except PlanError as err:
+                updates[gv] = func.with_attr(FALLBACK_ATTR, f"plan unreadable ({err}); scheduled by dlight")
+                continue
+            if plan is None:
+                continue
+            generator = get_generator(plan.generator)
+            try:
+                kernel = generator.schedule(func, plan, self.device)
+            except ScheduleRefused as err:
+                logger.warning("kernel '%s' left to dlight: %s", gv.name_hint, err)
+                updates[gv] = func.with_attr(FALLBACK_ATTR, f"{err}; scheduled by dlight as separate kernels")
+                continue
+            if target is not None and getattr(generator, "verify_lowering", False):
+                problem = lowering_problem(kernel.func, gv.name_hint, target)
+                if problem is not None:
+                    logger.warning("kernel '%s' left to dlight: lowering failed: %s", gv.name_hint, problem)
+                    updates[gv] = func.with_attr(
+                        FALLBACK_ATTR, f"{plan.generator}: lowering failed ({problem}); scheduled by dlight")
+                    continue
+            scheduled = kernel.func
+            for key, value in func.attrs.items():
+                if str(key).startswith("tvm_ext.") and key not in scheduled.attrs:
+                    scheduled = scheduled.with_attr(str(key), value)
+            updates[gv] = scheduled.with_attr(GENERATOR_ATTR, plan.generator).with_attr(RULE_ATTR, kernel.rule)
+            if kernel.workspaces:
+                workspaces[gv.name_hint] = kernel.workspaces
+        mod = with_functions(mod, updates)
+        return add_workspace_outputs(mod, workspaces) if workspaces else mod
+
+
+__all__ = ["ApplyPlans", "add_workspace_outputs", "lowering_problem"]

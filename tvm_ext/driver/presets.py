@@ -1,0 +1,151 @@
+"""Presets: which generators propose kernels, how the selector picks, what happens to the rest.
+
+A preset with no generators is TVM's own CUDA pipeline (``baseline``). Any other preset runs the
+selection spine (:mod:`tvm_ext.driver.stages`): its generators' candidates go to its selector,
+and the call nodes no chosen candidate covers are handled by its *rest* policy (``"fuseops"``:
+TVM's ``FuseOps``, as the baseline would; ``"none"``: the selector covers everything).
+
+Example
+-------
+>>> get_preset("stitch").generators
+('stitch', 'dlight')
+>>> [p.name for p in list_presets() if p.implemented]
+['baseline', 'stitch', 'cutlass']
+"""
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import os
+from dataclasses import dataclass
+from typing import Iterator
+
+from ..errors import PresetError
+
+#: The preset of ``tvm_ext.compile``, the ``"tvm_ext"`` pipeline and the CLI.
+DEFAULT_PRESET = "baseline"
+_ACTIVE_PRESET: contextvars.ContextVar[str | None] = contextvars.ContextVar("tvm_ext_preset", default=None)
+SELECTORS = ("priority", "blp")
+REST_POLICIES = ("none", "fuseops")
+
+
+@dataclass(frozen=True)
+class Preset:
+    """A named combination of techniques.
+
+    Parameters
+    ----------
+    name : str
+        Registry key, e.g. ``"baseline"``.
+    description : str
+        One line for ``tvm-ext presets`` and the README table.
+    generators : tuple of str
+        Registered generator names in priority order; empty for TVM's own pipeline.
+    selector : str
+        ``"priority"`` (candidates in generator order, first come first served) or ``"blp"``.
+    rest : str
+        What covers the call nodes the selection leaves: ``"fuseops"`` or ``"none"``.
+    tir_pipeline : str
+        The TIR pipeline ``tvm.compile`` must use for this preset's kernels (``"tvm_ext"`` for
+        kernels with grid barriers: cooperative launch and launch bounds).
+    techniques : tuple of str
+        Technique names for listings (papers the preset reproduces).
+    implemented : bool
+        False for presets that are announced but not built yet.
+    """
+
+    name: str
+    description: str
+    generators: tuple[str, ...] = ()
+    selector: str = "priority"
+    rest: str = "none"
+    tir_pipeline: str = "default"
+    techniques: tuple[str, ...] = ()
+    implemented: bool = True
+
+    def __post_init__(self) -> None:
+        if self.selector not in SELECTORS:
+            raise PresetError(f"preset '{self.name}': selector must be one of {SELECTORS}, got {self.selector!r}")
+        if self.rest not in REST_POLICIES:
+            raise PresetError(f"preset '{self.name}': rest must be one of {REST_POLICIES}, got {self.rest!r}")
+
+    @property
+    def uses_spine(self) -> bool:
+        """Whether the preset selects kernels (anything but TVM's own pipeline)."""
+        return bool(self.generators)
+
+
+_PRESETS: dict[str, Preset] = {}
+
+
+def register_preset(preset: Preset, override: bool = False) -> Preset:
+    """Add a preset to the registry (its ``tvm_ext.<name>`` Relax pipeline is registered by
+    :func:`tvm_ext.driver.pipeline.register_pipelines`)."""
+    if preset.name in _PRESETS and not override:
+        raise PresetError(f"preset '{preset.name}' is already registered")
+    _PRESETS[preset.name] = preset
+    from .pipeline import register_preset_pipeline
+
+    register_preset_pipeline(preset.name)
+    return preset
+
+
+def list_presets() -> list[Preset]:
+    """All registered presets, implemented or not."""
+    return list(_PRESETS.values())
+
+
+def get_preset(name: str | Preset) -> Preset:
+    """Look up an implemented preset (a ``Preset`` is returned as it is); a clear error names
+    what exists."""
+    if isinstance(name, Preset):
+        if not name.implemented:
+            raise PresetError(f"preset '{name.name}' is not implemented yet")
+        return name
+    available = sorted(p.name for p in _PRESETS.values() if p.implemented)
+    if name not in _PRESETS:
+        raise PresetError(f"unknown preset '{name}'; available presets: {', '.join(available)}")
+    preset = _PRESETS[name]
+    if not preset.implemented:
+        raise PresetError(f"preset '{name}' ({preset.description}) is not implemented yet; "
+                          f"available presets: {', '.join(available)}")
+    return preset
+
+
+@contextlib.contextmanager
+def use_preset(name: str) -> Iterator[Preset]:
+    """Make ``name`` the preset of the ``"tvm_ext"`` pipeline inside the ``with`` block."""
+    preset = get_preset(name)
+    token = _ACTIVE_PRESET.set(name)
+    try:
+        yield preset
+    finally:
+        _ACTIVE_PRESET.reset(token)
+
+
+def active_preset() -> Preset:
+    """The preset the ``"tvm_ext"`` pipeline uses now (``TVM_EXT_PRESET`` env var, else the default)."""
+    return get_preset(_ACTIVE_PRESET.get() or os.environ.get("TVM_EXT_PRESET") or DEFAULT_PRESET)
+
+
+def register_builtin_presets() -> None:
+    """The presets of the package (idempotent)."""
+    if _PRESETS:
+        return
+    register_preset(Preset("baseline", "TVM 0.27's default CUDA pipeline, unchanged (dlight schedules)"))
+    register_preset(Preset("stitch", "AStitch: memory-intensive subgraphs stitched into one kernel, then dlight",
+                           generators=("stitch", "dlight"), tir_pipeline="tvm_ext", techniques=("stitch",)))
+    register_preset(Preset("cutlass", "Bolt: GEMM/conv offload to CUTLASS with epilogue fusion, then baseline",
+                           generators=("cutlass",), rest="fuseops", techniques=("cutlass",)))
+    for name, desc, tech in [
+        ("tilegraph", "Welder: tile-graph fusion across memory levels", ("tilegraph",)),
+        ("orchestrate", "Korch: operator fission + optimal kernel selection (BLP)", ("fission", "orchestrate")),
+        ("subprogram", "SOUFFLE: global analysis, grid-synced multi-stage kernels", ("subprogram",)),
+        ("full", "every technique, one selector over all candidates",
+         ("cutlass", "fission", "stitch", "tilegraph", "subprogram", "orchestrate")),
+    ]:
+        register_preset(Preset(name, desc, techniques=tech, implemented=False))
+
+
+__all__ = ["DEFAULT_PRESET", "Preset", "REST_POLICIES", "SELECTORS", "active_preset", "get_preset", "list_presets",
+           "register_builtin_presets", "register_preset", "use_preset"]

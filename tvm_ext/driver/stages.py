@@ -1,0 +1,254 @@
+"""The one build driver: a preset's passes as stages, run together or one by one.
+
+Stages (DESIGN.md "Pipeline"):
+
+* **graph** (target independent): TVM's library dispatch and legalization; for a preset with
+  generators, also each generator's preparation passes, :class:`~tvm_ext.select.origin.RecordOrigin`,
+  :class:`~tvm_ext.select.select_pass.SelectKernels` (candidates, selection, emission with plans),
+  the library generators' code generation, ``FuseOps`` for the rest when the preset says so, and
+  :class:`~tvm_ext.select.fuse.FuseTIRKeepPlans`. Split into ``fuse`` (up to ``FuseTIR``, where
+  groups are still Relax functions) and ``fuse_tir``;
+* **schedule** (GPU targets): :class:`~tvm_ext.driver.apply_plans.ApplyPlans`, then dlight for
+  every unplanned PrimFunc (:class:`~tvm_ext.dlight.SafeDefaultSchedule`);
+* **lower**: TVM's dataflow lowering and VM finalization (CPU targets: ``default_build``).
+
+:func:`preset_pipeline` is all stages as one pass (what ``tvm.compile`` runs for the registered
+pipelines); :func:`build` runs them one by one and keeps every intermediate module (the report,
+the CLI, the CPU oracle and the benchmarks use it). A CPU (``llvm``) build plans the same kernels
+as the default GPU target (:func:`~tvm_ext.hardware.planning_target`) and runs the fused graph
+unscheduled: the correctness oracle. Library generators need a CUDA target and are left out of
+CPU builds.
+
+Example
+-------
+>>> staged = build(mod, tvm.target.Target("tvm_ext/h100"), "stitch")
+>>> staged.stage_seconds.keys()
+dict_keys(['graph', 'schedule', 'lower', 'build'])
+"""
+from __future__ import annotations
+
+import contextlib
+import time
+from dataclasses import dataclass, field
+from typing import Iterator
+
+import tvm
+from tvm import relax
+
+from ..hardware import device_from_target, is_gpu_target, planning_target, resolve_target
+from ..select.fuse import FuseTIRKeepPlans
+from ..select.generator import get_generator
+from ..select.origin import RecordOrigin
+from ..select.select_pass import SelectKernels
+from ..select.selector import PrioritySelector
+from .apply_plans import ApplyPlans
+from .presets import Preset, get_preset
+
+#: PassContext option of TVM's ``RewriteCUDAGraph`` (capture static parts of ``main`` in CUDA graphs).
+CUDA_GRAPH_CONFIG = "relax.backend.use_cuda_graph"
+_SKIPPED = ("ApplyDefaultSchedule",)
+
+
+@dataclass(frozen=True)
+class StagePasses:
+    """The passes of each stage for one preset and target."""
+
+    fuse: list
+    fuse_tir: list
+    schedule: list
+    lower: list
+
+    @property
+    def graph(self) -> list:
+        """The whole graph stage."""
+        return self.fuse + self.fuse_tir
+
+
+def _tvm_graph_passes(target: tvm.target.Target) -> tuple[list, list, list]:
+    """TVM 0.27's CUDA graph passes without dlight: (dispatch, legalize up to FuseOps, [FuseOps])."""
+    from tvm.relax.backend.cuda import pipeline as cuda
+
+    dispatch = list(cuda.library_dispatch_passes(target))
+    legal, fuse = [], []
+    for p in cuda.legalize_passes(target):
+        name = p.info.name
+        if name in _SKIPPED or name == "FuseTIR":
+            continue
+        (fuse if name == "FuseOps" else legal).append(p)
+    return dispatch, legal, fuse
+
+
+def _selector(preset: Preset):
+    if preset.selector == "blp":
+        from ..select.blp import BlpSelector
+
+        return BlpSelector()
+    return PrioritySelector()
+
+
+def _cost_model(preset: Preset):
+    if preset.selector != "blp":
+        return None
+    from ..select.analytic import AnalyticCostModel
+    from ..select.measured import MeasuredCostModel
+
+    return MeasuredCostModel(AnalyticCostModel())
+
+
+def generators_for(preset: Preset, target: tvm.target.Target) -> list[str]:
+    """The preset's generators that can build for ``target`` (library ones need CUDA)."""
+    cuda = target.kind.name == "cuda"
+    return [g for g in preset.generators if cuda or get_generator(g).kernel_kind != "library"]
+
+
+def preset_passes(preset: str | Preset, target: tvm.target.Target) -> StagePasses:
+    """Every stage's passes for ``preset`` and ``target`` (see the module docstring)."""
+    p = get_preset(preset)
+    plan_target = planning_target(target)
+    dispatch, legal, fuse_ops = _tvm_graph_passes(target)
+    if not p.uses_spine:
+        fuse, fuse_tir = dispatch + legal + fuse_ops, [relax.transform.FuseTIR()]
+    else:
+        device = device_from_target(plan_target)
+        names = generators_for(p, target)
+        gens = [get_generator(g) for g in names]
+        prepare = [ps for g in gens for ps in g.prepare_passes(plan_target)]
+        codegen = [ps for g in gens if g.kernel_kind == "library" for ps in g.codegen_passes(plan_target)]
+        select = SelectKernels(names, _selector(p), device, plan_target, _cost_model(p))
+        rest = fuse_ops if p.rest == "fuseops" else []
+        fuse = prepare + dispatch + [RecordOrigin()] + legal + [select] + codegen + rest
+        fuse_tir = [FuseTIRKeepPlans()]
+    if not is_gpu_target(target):
+        return StagePasses(fuse, fuse_tir, [], [relax.get_pipeline("default_build")])
+    from ..dlight import SafeDefaultSchedule
+    from tvm.relax.backend.cuda import pipeline as cuda
+
+    schedule = [ApplyPlans(device_from_target(target), target), SafeDefaultSchedule()]
+    lower = list(cuda.dataflow_lower_passes(target)) + list(cuda.finalize_passes(target))
+    return StagePasses(fuse, fuse_tir, schedule, lower)
+
+
+def preset_pipeline(preset: str | Preset, target: tvm.target.Target) -> tvm.transform.Pass:
+    """The whole Relax pipeline of ``preset`` for ``target`` as one ``Sequential``."""
+    p = get_preset(preset)
+    stages = preset_passes(p, target)
+    return tvm.transform.Sequential(stages.graph + stages.schedule + stages.lower, name=f"tvm_ext.{p.name}")
+
+
+def graph_passes(preset: str | Preset, target: tvm.target.Target | None = None) -> tvm.transform.Pass:
+    """The preset's target-independent graph stage as one ``Sequential`` (for
+    :data:`~tvm_ext.hardware.DEFAULT_TARGET` when no target is given)."""
+    p = get_preset(preset)
+    tgt = target if target is not None else resolve_target(None)
+    return tvm.transform.Sequential(preset_passes(p, tgt).graph, name=f"tvm_ext.{p.name}.graph")
+
+
+@dataclass
+class StagedBuild:
+    """Modules after each stage of a preset's pipeline, plus the linked executable.
+
+    Attributes
+    ----------
+    source : IRModule
+        The imported module (input of the pipeline).
+    fused_ops : IRModule
+        Graph stage stopped just before ``FuseTIR``: groups are ``Primitive`` Relax functions.
+    graph : IRModule
+        Output of the whole graph stage (fused PrimFuncs carrying their plans).
+    scheduled : IRModule
+        After the schedule stage (the graph module again for CPU builds).
+    lowered : IRModule
+        After the lower stage: what the VM code generator and the TIR build consume.
+    executable : tvm.runtime.Executable
+        ``tvm.compile(lowered, target, relax_pipeline=None)``.
+    stage_seconds : dict
+        Wall time of ``graph``, ``schedule``, ``lower`` and ``build``.
+    """
+
+    preset: Preset
+    target: tvm.target.Target
+    source: tvm.IRModule
+    fused_ops: tvm.IRModule
+    graph: tvm.IRModule
+    scheduled: tvm.IRModule
+    lowered: tvm.IRModule
+    executable: tvm.runtime.Executable
+    stage_seconds: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def compile_seconds(self) -> float:
+        """Total wall time of the pipeline and the build."""
+        return sum(self.stage_seconds.values())
+
+
+def snapshot(mod: tvm.IRModule) -> tvm.IRModule:
+    """A new IRModule with the same functions, attributes and global infos.
+
+    Some passes (dlight's ``ApplyDefaultSchedule``) assign into the module they are given;
+    running each stage on a snapshot keeps the previous stage's module intact.
+    """
+    infos = dict(mod.global_infos) if mod.global_infos is not None else None
+    return tvm.IRModule(dict(mod.functions_items()), attrs=mod.attrs, global_infos=infos)
+
+
+def _run(passes: list, mod: tvm.IRModule, name: str) -> tvm.IRModule:
+    if not passes:
+        return mod
+    return tvm.transform.Sequential(passes, name=name)(snapshot(mod))
+
+
+@contextlib.contextmanager
+def cuda_graph_context(enabled: bool) -> Iterator[None]:
+    """A PassContext with :data:`CUDA_GRAPH_CONFIG` set when ``enabled`` (else the current one)."""
+    if not enabled:
+        yield
+        return
+    current = tvm.transform.PassContext.current()
+    with tvm.transform.PassContext(opt_level=current.opt_level, config={CUDA_GRAPH_CONFIG: True}):
+        yield
+
+
+def build(mod: tvm.IRModule, target: tvm.target.Target, preset: str | Preset = "baseline", *,
+          cuda_graph: bool = False) -> StagedBuild:
+    """Compile ``mod`` for ``target`` with ``preset``, keeping each stage's module.
+
+    Parameters
+    ----------
+    mod : IRModule
+        The imported model.
+    target : Target
+        A GPU target (all stages) or a CPU target (graph stage, then TVM's generic lowering).
+    preset : str or Preset
+        The preset.
+    cuda_graph : bool
+        Capture the static parts of ``main`` in CUDA graphs (TVM's ``RewriteCUDAGraph``).
+
+    Raises
+    ------
+    PresetError
+        Unknown or unimplemented preset.
+    """
+    p = get_preset(preset)
+    seconds: dict[str, float] = {}
+    with cuda_graph_context(cuda_graph), target:
+        stages = preset_passes(p, target)
+        start = time.perf_counter()
+        fused_ops = _run(stages.fuse, mod, f"tvm_ext.{p.name}.graph.fuse")
+        graph = _run(stages.fuse_tir, fused_ops, f"tvm_ext.{p.name}.graph.fuse_tir")
+        seconds["graph"] = time.perf_counter() - start
+        start = time.perf_counter()
+        scheduled = _run(stages.schedule, graph, f"tvm_ext.{p.name}.schedule")
+        seconds["schedule"] = time.perf_counter() - start
+        start = time.perf_counter()
+        lowered = _run(stages.lower, scheduled, f"tvm_ext.{p.name}.lower")
+        seconds["lower"] = time.perf_counter() - start
+        start = time.perf_counter()
+        tir_pipeline = p.tir_pipeline if is_gpu_target(target) else "default"
+        executable = tvm.compile(snapshot(lowered), target, relax_pipeline=None, tir_pipeline=tir_pipeline)
+        seconds["build"] = time.perf_counter() - start
+    return StagedBuild(preset=p, target=target, source=mod, fused_ops=fused_ops, graph=graph,
+                       scheduled=scheduled, lowered=lowered, executable=executable, stage_seconds=seconds)
+
+
+__all__ = ["CUDA_GRAPH_CONFIG", "StagePasses", "StagedBuild", "build", "cuda_graph_context", "generators_for",
+           "graph_passes", "preset_passes", "preset_pipeline", "snapshot"]

@@ -1,0 +1,43 @@
+"""The shared attributes: what every stage writes on the functions it produces, and reports read.
+
+Function attributes (on the PrimFunc of a kernel, or the ``Codegen`` function of a library call):
+
+``"tvm_ext.plan"`` (:data:`PLAN_ATTR`)
+    JSON of the chosen candidate's plan (see :mod:`tvm_ext.select.plan`).
+``"tvm_ext.generator"`` (:data:`GENERATOR_ATTR`)
+    The generator that built the kernel: ``"stitch"``, ``"cutlass"``, ``"dlight"``, ...
+``"tvm_ext.schedule_rule"`` (:data:`RULE_ATTR`)
+    What scheduled it: the generator's verdict (``"stitch+grid_sync"``) or dlight's rule name
+    (``"Matmul"``; ``"none"`` when no rule applies).
+``"tvm_ext.fallback"`` (:data:`FALLBACK_ATTR`)
+    Why the kernel is not what its plan or technique wanted (a refused plan scheduled by dlight,
+    a dlight rule that raised): a one-line reason starting with the technique's name.
+
+Module attribute:
+
+``"tvm_ext.library_kernels"`` (:data:`LIBRARY_KERNELS_ATTR`)
+    External symbol -> ``{"generator", "plan", "launches_per_call"}`` for every library call
+    (their functions are gone after code generation).
+``"tvm_ext.selection"`` (:data:`SELECTION_ATTR`)
+    Per Relax function: how many candidates each generator proposed, what was chosen and what was
+    dropped, with reasons (JSON).
+"""
+from __future__ import annotations
+
+PLAN_ATTR = "tvm_ext.plan"
+GENERATOR_ATTR = "tvm_ext.generator"
+RULE_ATTR = "tvm_ext.schedule_rule"
+FALLBACK_ATTR = "tvm_ext.fallback"
+LIBRARY_KERNELS_ATTR = "tvm_ext.library_kernels"
+SELECTION_ATTR = "tvm_ext.selection"
+
+
+def func_attr(func, key: str) -> str | None:
+    """A string attribute of ``func``, or None."""
+    if func.attrs is None or key not in func.attrs:
+        return None
+    return str(func.attrs[key])
+
+
+__all__ = ["FALLBACK_ATTR", "GENERATOR_ATTR", "LIBRARY_KERNELS_ATTR", "PLAN_ATTR", "RULE_ATTR", "SELECTION_ATTR",
+           "func_attr"]

@@ -1,0 +1,153 @@
+"""Candidate kernels: what every generator proposes to the selector.
+
+A :class:`Candidate` is a convex set of OpGraph nodes that one generator offers to compute as
+one kernel (or one library call), with the plan it would build, the kernel's boundary tensors,
+its work and global traffic, and its launch shape. The cost model prices candidates; the
+selector picks a cover of the graph; the emitter turns the chosen ones into functions carrying
+their plans.
+
+Example
+-------
+>>> cand = Candidate.of(graph, (3, 4, 5), plan, global_bytes=2 ** 20,
+...                     launch=LaunchShape(grid=132, threads=256), code_path=CodePath.SIMT)
+>>> cand.generator, cand.inputs
+('stitch', ('lv2', 'gamma', 'beta'))
+"""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Iterable
+
+from ..graph import OpGraph
+from .plan import Plan
+
+
+class CodePath(str, enum.Enum):
+    """How a kernel's arithmetic runs: the cost model prices each at its own efficiency."""
+
+    #: CUDA cores, scalar or vector loads (elementwise, reductions, thread-per-output GEMMs).
+    SIMT = "simt"
+    #: Warp-level tensor-core MMA (``mma.sync`` / WMMA): CUTLASS 2.x, dlight's tensorized matmul.
+    MMA_SYNC = "mma_sync"
+    #: Hopper warp-group MMA fed by TMA: CUTLASS 3.x.
+    WGMMA = "wgmma"
+
+
+@dataclass(frozen=True)
+class LaunchShape:
+    """How one call of a kernel launches.
+
+    Attributes
+    ----------
+    grid : int
+        Thread blocks of the (largest) launch.
+    threads : int
+        Threads per block.
+    shared_bytes : int
+        Shared memory per block.
+    registers : int or None
+        Registers per thread when known (a register cap or a library's figure), else None.
+    kernels : int
+        Kernel launches one call makes (a dlight fallback may launch one per block).
+    grid_syncs : int
+        In-kernel grid barriers (cooperative launch).
+    """
+
+    grid: int
+    threads: int
+    shared_bytes: int = 0
+    registers: int | None = None
+    kernels: int = 1
+    grid_syncs: int = 0
+
+    def to_json(self) -> dict:
+        """JSON-serialisable form."""
+        return {"grid": self.grid, "threads": self.threads, "shared_bytes": self.shared_bytes,
+                "registers": self.registers, "kernels": self.kernels, "grid_syncs": self.grid_syncs}
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One kernel a generator proposes.
+
+    Attributes
+    ----------
+    nodes : tuple of int
+        OpGraph node indices (convex), in topological order.
+    plan : Plan
+        What the generator will build if the candidate is chosen.
+    inputs, outputs : tuple of str
+        Boundary tensors: read from and written to global memory.
+    flops : int
+        Floating-point work of one call.
+    global_bytes : int
+        Global-memory traffic of one call as the plan schedules it (boundary tensors plus the
+        re-reads its tiling causes).
+    launch : LaunchShape
+        Launch shape of one call.
+    code_path : CodePath
+        Where the arithmetic runs.
+    dtype : str
+        The dtype doing most of the work (for peak rates).
+    provenance : str
+        Why the generator proposed it (for reports).
+    """
+
+    nodes: tuple[int, ...]
+    plan: Plan
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    flops: int
+    global_bytes: int
+    launch: LaunchShape
+    code_path: CodePath = CodePath.SIMT
+    dtype: str = "float32"
+    provenance: str = ""
+    key: str = field(default="", compare=False)
+
+    @property
+    def generator(self) -> str:
+        """Name of the generator that proposed it (and builds it)."""
+        return self.plan.generator
+
+    @classmethod
+    def of(cls, graph: OpGraph, nodes: Iterable[int], plan: Plan, *, launch: LaunchShape,
+           global_bytes: int | None = None, code_path: CodePath = CodePath.SIMT, provenance: str = "",
+           key: str = "") -> "Candidate":
+        """A candidate over ``nodes`` of ``graph``: boundary tensors, flops and dtype read from the graph.
+
+        ``global_bytes`` defaults to the boundary tensors read and written once each.
+        """
+        order = {n: k for k, n in enumerate(graph.topological_order())}
+        members = tuple(sorted(set(nodes), key=order.__getitem__))
+        inputs, outputs = graph.boundary(members)
+        moved = boundary_bytes(graph, members)
+        return cls(nodes=members, plan=plan, inputs=tuple(inputs), outputs=tuple(outputs),
+                   flops=int(sum(graph.nodes[n].flops for n in members)),
+                   global_bytes=int(moved if global_bytes is None else global_bytes), launch=launch,
+                   code_path=code_path, dtype=dominant_dtype(graph, members), provenance=provenance, key=key)
+
+    def describe(self) -> str:
+        """One line: generator, node count and the plan summary."""
+        return f"{self.generator} [{len(self.nodes)} nodes] {self.plan.summary()}"
+
+
+def boundary_bytes(graph: OpGraph, members: Iterable[int]) -> int:
+    """Bytes of the tensors a node set reads from and writes to global memory, once each."""
+    inputs, outputs = graph.boundary(members)
+    return int(sum(graph.tensors[t].nbytes for t in inputs + outputs))
+
+
+def dominant_dtype(graph: OpGraph, members: Iterable[int]) -> str:
+    """The output dtype carrying the most flops among ``members`` (``float32`` when empty)."""
+    weight: dict[str, int] = {}
+    for n in members:
+        node = graph.nodes[n]
+        if node.outputs:
+            dtype = graph.tensors[node.outputs[0]].dtype
+            weight[dtype] = weight.get(dtype, 0) + max(node.flops, 1)
+    return max(weight, key=weight.__getitem__) if weight else "float32"
+
+
+__all__ = ["Candidate", "CodePath", "LaunchShape", "boundary_bytes", "dominant_dtype"]

@@ -1,0 +1,215 @@
+"""What generators see while they propose candidates: :class:`SelectionContext`.
+
+Besides the graph, the device and the target, the context builds the fused PrimFunc a node
+set would become (:meth:`SelectionContext.fused_function`: the set's bindings alone in a small
+module, emitted as one ``Primitive`` function and run through ``FuseTIR``, exactly as the
+final module will be) and caches it by a structural *signature* of the set, so that identical
+layers (BERT's twelve) are fused and planned once.
+
+Example
+-------
+>>> ctx = SelectionContext(legalized, "main", graph, load_device("h100"), target)
+>>> func = ctx.fused_function((12, 13, 14))
+>>> ctx.memo(("stitch", ctx.signature((12, 13, 14))), lambda: plan_prim_func(func, ctx.device))
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Iterable, Sequence
+from typing import Any, TypeVar
+
+import tvm
+import tvm_ffi
+from tvm import relax, tirx
+
+from ..graph import OpGraph
+from ..hardware import DeviceSpec
+from .emit import EmitError, var_refs, Rebind, call_bindings, emit_groups
+
+T = TypeVar("T")
+
+
+class SelectionContext:
+    """One Relax function under selection (see the module docstring).
+
+    Parameters
+    ----------
+    mod : tvm.IRModule
+        The legalized module (one ``call_tir`` per node).
+    func_name : str
+        The Relax function the graph was built from.
+    graph : OpGraph
+        Its operator graph (with pre-legalization origins when the driver recorded them).
+    device : DeviceSpec
+        The device kernels are planned for.
+    target : tvm.target.Target
+        The compilation target.
+    origin : relax.Function, optional
+        The function before legalization (library generators match their patterns on it).
+    """
+
+    def __init__(self, mod: tvm.IRModule, func_name: str, graph: OpGraph, device: DeviceSpec,
+                 target: tvm.target.Target, origin: relax.Function | None = None):
+        self.mod = mod
+        self.func_name = func_name
+        self.graph = graph
+        self.device = device
+        self.target = target
+        self.origin = origin
+        self._node_of_var: dict | None = None
+        #: (generator, nodes, reason) of every candidate a generator could not plan.
+        self.dropped: list[tuple[str, tuple[int, ...], str]] = []
+        self._func_hash: dict[str, int] = {}
+        self._memo: dict[Hashable, Any] = {}
+        self._order = {n: k for k, n in enumerate(graph.topological_order())}
+
+    def call_nodes(self) -> list[int]:
+        """Nodes computed by a PrimFunc (``call_tir``), in topological order."""
+        return [n for n in self.graph.topological_order() if self.graph.nodes[n].func is not None]
+
+    def node_of_var(self, var: relax.Var) -> int | None:
+        """The node whose binding defines ``var`` (legalization keeps the variables of the
+        function it came from, so an origin binding's variable finds its node); None if no node
+        defines it (a binding folded into a constant)."""
+        if self._node_of_var is None:
+            func = self.mod[self.func_name]
+            self._node_of_var = {func.body.blocks[bi].bindings[ki].var: n
+                                 for n, (bi, ki) in enumerate(call_bindings(func))}
+        return self._node_of_var.get(var)
+
+    def ordered(self, nodes: Iterable[int]) -> tuple[int, ...]:
+        """``nodes`` in topological order, without duplicates."""
+        return tuple(sorted(set(nodes), key=self._order.__getitem__))
+
+    def drop(self, generator: str, nodes: Iterable[int], reason: str) -> None:
+        """Record a candidate ``generator`` could not plan (reports list them)."""
+        self.dropped.append((generator, self.ordered(nodes), reason))
+
+    def memo(self, key: Hashable, compute: Callable[[], T]) -> T:
+        """``compute()`` once per ``key`` for this context (plans, schedules, costs)."""
+        if key not in self._memo:
+            self._memo[key] = compute()
+        return self._memo[key]
+
+    def _hash(self, func_name: str) -> int:
+        if func_name not in self._func_hash:
+            self._func_hash[func_name] = tvm_ffi.structural_hash(self.graph_func(func_name))
+        return self._func_hash[func_name]
+
+    def graph_func(self, func_name: str) -> tirx.PrimFunc:
+        """A PrimFunc of the module by name."""
+        return self.mod[func_name]
+
+    def signature(self, nodes: Iterable[int]) -> tuple:
+        """A hashable key equal for node sets that fuse into the same PrimFunc.
+
+        Per member (topological order): its PrimFunc's structural hash, where each input comes
+        from (a member's output, or an outside tensor of some shape and dtype) and whether each
+        output leaves the set.
+        """
+        members = self.ordered(nodes)
+        position = {n: k for k, n in enumerate(members)}
+        parts = []
+        for n in members:
+            node = self.graph.nodes[n]
+            sources = []
+            for t in node.inputs:
+                info = self.graph.tensors[t]
+                if info.producer in position:
+                    sources.append(("m", position[info.producer], self.graph.nodes[info.producer].outputs.index(t)))
+                else:
+                    sources.append(("x", info.shape, info.dtype, info.kind.value))
+            escapes = tuple(any(c not in position for c in self.graph.tensors[t].consumers)
+                            or self.graph.tensors[t].kind.value == "output" for t in node.outputs)
+            parts.append((self._hash(node.func_name) if node.func is not None else node.func_name,
+                          tuple(sources), escapes))
+        return tuple(parts)
+
+    def fused_function(self, nodes: Iterable[int]) -> tirx.PrimFunc:
+        """The PrimFunc ``FuseTIR`` makes of ``nodes`` (a node's own PrimFunc when alone).
+
+        Raises
+        ------
+        EmitError
+            The set is not convex, spans binding blocks, or holds a node without a PrimFunc.
+        """
+        members = self.ordered(nodes)
+        if any(self.graph.nodes[n].func is None for n in members):
+            raise EmitError("a node without a PrimFunc (an external call) cannot be fused")
+        if len(members) == 1:
+            return self.graph.nodes[members[0]].func
+        return self.memo(("fused", self.signature(members)), lambda: fuse_nodes(self.mod, self.func_name, members))
+
+
+def fuse_nodes(mod: tvm.IRModule, func_name: str, nodes: Sequence[int]) -> tirx.PrimFunc:
+    """Fuse the call bindings ``nodes`` of ``mod[func_name]`` into one PrimFunc, in a module of
+    their own (see :func:`subgraph_module`)."""
+    sub = subgraph_module(mod, func_name, nodes)
+    fused, given = emit_groups(sub, [list(range(len(nodes)))], func_name="main", names=["fused_candidate"])
+    fused = relax.transform.FuseTIR()(fused)
+    return fused[given[0]]
+
+
+def subgraph_module(mod: tvm.IRModule, func_name: str, nodes: Sequence[int]) -> tvm.IRModule:
+    """A module whose ``main`` holds only the call bindings ``nodes`` of ``mod[func_name]`` (and
+    the tuple bindings between them), with every outside value as a parameter and every value
+    read outside the set as an output; the PrimFuncs they call come along.
+
+    Raises
+    ------
+    EmitError
+        The nodes span several binding blocks.
+    """
+    func = mod[func_name]
+    sites = call_bindings(func)
+    where = {sites[n][0] for n in nodes}
+    if len(where) != 1:
+        raise EmitError(f"nodes {list(nodes)} span binding blocks {sorted(where)}")
+    block_index = where.pop()
+    block = func.body.blocks[block_index]
+    chosen = {sites[n][1] for n in nodes}
+    kept: list = []
+    kept_at: set[int] = set()
+    defined: set = set()
+    for k, binding in enumerate(block.bindings):
+        if k in chosen:
+            kept.append(binding)
+            kept_at.add(k)
+            defined.add(binding.var)
+        elif not isinstance(binding.value, relax.Call):
+            refs = var_refs(binding.value)
+            if refs and all(r in defined for r in refs):
+                kept.append(binding)
+                kept_at.add(k)
+                defined.add(binding.var)
+    outside_refs: list = []
+    for bi, blk in enumerate(func.body.blocks):
+        for k, binding in enumerate(blk.bindings):
+            if bi != block_index or k not in kept_at:
+                outside_refs.extend(var_refs(binding.value))
+    outside_refs.extend(var_refs(func.body.body))
+    escaping = [b.var for b in kept if any(b.var.same_as(r) for r in outside_refs)] or [kept[-1].var]
+    mapping: dict = {}
+    params: list = []
+    for binding in kept:
+        for r in var_refs(binding.value):
+            if r not in defined and r not in mapping:
+                mapping[r] = relax.Var(r.name, r.ty)
+                params.append(mapping[r])
+    # values read outside become block outputs (plain Vars); the function returns them as a tuple
+    for var in escaping:
+        mapping[var] = relax.Var(var.name, var.ty)
+    rebind = Rebind(mapping)
+    bindings = [relax.VarBinding(mapping.get(b.var, b.var), rebind.visit_expr(b.value)) for b in kept]
+    result = relax.Tuple([mapping[v] for v in escaping])
+    body = relax.SeqExpr([relax.DataflowBlock(bindings)], result)
+    main = relax.Function(params, body, relax.TupleType([v.ty for v in escaping]), True).with_attr(
+        "global_symbol", "main")
+    callees = {}
+    for binding in kept:
+        value = binding.value
+        if isinstance(value, relax.Call) and isinstance(value.args[0] if value.args else None, tvm.ir.GlobalVar):
+            callees[value.args[0]] = mod[value.args[0]]
+    return tvm.IRModule({**callees, tvm.ir.GlobalVar("main"): main})
+
+
+__all__ = ["SelectionContext", "fuse_nodes", "subgraph_module"]
