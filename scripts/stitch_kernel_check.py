@@ -29,7 +29,7 @@ import tvm  # noqa: E402
 
 from tvm_ext.errors import TvmExtError  # noqa: E402
 from tvm_ext.frontend import from_onnx  # noqa: E402
-from tvm_ext.inspect.kernel_check import compile_cuda_source  # noqa: E402
+from tvm_ext.toolchain import compile_cuda_source  # noqa: E402
 from tvm_ext.models.skeleton import load_model, resolve_models  # noqa: E402
 from tvm_ext.stitch import REPORT_ATTR, stitch_graph_passes, stitch_schedule_passes  # noqa: E402
 from tvm_ext.testing.thread_serial import call_inputs, compare_scheduled  # noqa: E402
@@ -58,7 +58,7 @@ def check_model(path: Path, target_name: str, cpu: bool = True, fp16: bool = Fal
         with target:
             lib = tvm.tirx.build(tvm.IRModule(ours), target=target, pipeline=PIPELINE_NAME)
         result = compile_cuda_source(lib.imports[0].inspect_source(), target)
-        row.update(arch=result.arch, nvcc_seconds=round(result.seconds, 1), cubin_bytes=result.binary_bytes)
+        row.update(arch=result.arch, nvcc_seconds=round(result.seconds, 1), fatbin_bytes=result.binary_bytes)
     if cpu:
         checks = {name: compare_scheduled(fused[name], scheduled[name], inputs=call_inputs(fused, name))
                   for name in ours}

@@ -16,9 +16,9 @@ import tvm_ext
 from tvm_ext.analysis import group_traffic_default
 from tvm_ext.errors import KernelCompileError, PresetError, TvmExtError, UnknownDeviceError
 from tvm_ext.graph import OpGraph
-from tvm_ext.inspect import (FALLBACK_ATTR, FallbackOp, GroupInfo, compile_cuda_source, cuda_source,
-                             global_kernel_names, inspect, kernel_source, launch_regions)
-from tvm_ext.inspect.kernel_check import find_cuda_root
+from tvm_ext.inspect import (FALLBACK_ATTR, FallbackOp, GroupInfo, cuda_source, global_kernel_names, inspect,
+                             kernel_source, launch_regions)
+from tvm_ext.toolchain import compile_cuda_source, find_cuda_root
 from tvm_ext.pipeline import Preset
 
 F32 = "float32"

@@ -14,7 +14,7 @@ from tvm import relax
 
 import tvm_ext.tir as ttir
 from tvm_ext.frontend import from_onnx
-from tvm_ext.inspect.kernel_check import compile_cuda_source, nvcc_available
+from tvm_ext.toolchain import compile_cuda_source, nvcc_available
 from tvm_ext.models import get_model
 from tvm_ext.pipeline import Preset, preset_pipeline
 from tvm_ext.stitch import REPORT_ATTR, stitch_graph_passes, stitch_schedule_passes

@@ -14,7 +14,7 @@ from tvm import relax
 import tvm_ext.tir as ttir
 from tvm_ext.graph import OpGraph
 from tvm_ext.hardware import load_device
-from tvm_ext.inspect.kernel_check import compile_cuda_source, nvcc_available
+from tvm_ext.toolchain import compile_cuda_source, nvcc_available
 from tvm_ext.pipeline import Preset, preset_pipeline
 from tvm_ext.stitch import REPORT_ATTR, stitch_graph_passes, stitch_schedule_passes
 from tvm_ext.stitch.prologue import row_operand_read

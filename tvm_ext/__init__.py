@@ -51,6 +51,7 @@ if not RUNTIME_ONLY:
         register_pipelines,
         use_preset,
     )
+    from .toolchain import export_library
 
 
 def _register() -> None:
@@ -69,5 +70,5 @@ _INITIALIZING = False
 __all__ = [
     "errors", "TvmExtError", "DeviceSpec", "device_from_target", "list_devices", "load_device",
     "DEFAULT_PRESET", "Preset", "compile", "get_preset", "graph_passes", "list_presets",
-    "preset_pipeline", "use_preset", "__version__",
+    "preset_pipeline", "use_preset", "export_library", "__version__",
 ]

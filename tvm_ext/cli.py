@@ -117,9 +117,8 @@ def _with_progress(steps: Sequence[str], quiet: bool, body: Callable[[Callable[[
 # commands
 # --------------------------------------------------------------------------------------
 def _cmd_compile(args: argparse.Namespace) -> int:
-    from .inspect import compile_cuda_source, inspect
-    from .cutlass import export_library
-    from .inspect.kernel_check import nvcc_available
+    from .inspect import inspect
+    from .toolchain import compile_cuda_source, export_library, nvcc_available
 
     model = _model_path(args.model)
     out = Path(args.output)

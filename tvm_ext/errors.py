@@ -56,7 +56,12 @@ class AnalysisError(TvmExtError):
 
 
 class KernelCompileError(TvmExtError):
-    """Generated CUDA source does not compile with nvcc (or nvcc / the CUDA toolkit is missing)."""
+    """CUDA code cannot be compiled here.
+
+    nvcc reports errors, the CUDA toolkit (or another tool the build needs: TVM's CUDA runtime,
+    ``nm``, a C compiler) is missing, the arch name is not one nvcc takes, or an exported
+    library holds CUDA source instead of compiled device code.
+    """
 
 
 class BenchError(TvmExtError):

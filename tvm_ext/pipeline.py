@@ -236,7 +236,7 @@ def compile(  # noqa: A001 - mirrors tvm.compile
     Example
     -------
     >>> ex = tvm_ext.compile("bert_layer.onnx", "tvm_ext/h100", preset="baseline")
-    >>> tvm_ext.cutlass.export_library(ex, "bert_layer.so")  # adds -lcudart if CUTLASS code is inside
+    >>> tvm_ext.export_library(ex, "bert_layer.so")  # adds -lcudart if CUTLASS code is inside
     """
     mod = load_module(model, shapes=shapes, fp16=fp16)
     tgt = target if isinstance(target, tvm.target.Target) else tvm.target.Target(target)

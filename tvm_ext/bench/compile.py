@@ -20,7 +20,8 @@ import tvm
 from tvm import relax
 
 from ..errors import TvmExtError
-from .cuda_build import NVCC_SECONDS, check_device_code
+from ..toolchain.device_code import NVCC_SECONDS, check_device_code
+from ..toolchain.export import export_library
 from .manifest import BuildEntry
 from .prepare import PreparedModel
 
@@ -102,9 +103,7 @@ def _build_gpu(prepared: PreparedModel, preset: str, target: tvm.target.Target, 
     from ..inspect import inspect  # noqa: PLC0415
 
     report = inspect(prepared.mod, target, preset)
-    from ..cutlass import export_library  # noqa: PLC0415 - adds -lcudart when CUTLASS code is inside
-
-    export_library(report.executable, path)
+    export_library(report.executable, path)  # adds -lcudart when CUTLASS code is inside
     entry.device_code = check_device_code(path)
     entry.kernels = int(report.kernels)
     entry.distinct_kernels = int(report.distinct_kernels)

@@ -2,7 +2,7 @@
 
 Runs in-process (CPU targets) or as ``python -m tvm_ext.bench.worker JOB.json`` in a worker
 process whose environment lets TVM compile CUDA device code (see
-:mod:`tvm_ext.bench.cuda_build`). Each finished model is appended to the job's entries
+:mod:`tvm_ext.toolchain.device_code`). Each finished model is appended to the job's entries
 file as one JSON line (a :class:`~tvm_ext.bench.manifest.ModelEntry`), and a one-line
 progress message goes to stdout, so the parent can report as the build goes.
 """
@@ -107,7 +107,7 @@ def run_jobs(job: BuildJob, progress: Callable[[str], None] | None = None) -> li
 
     target = resolve_target(job.target)
     if target.kind.name == "cuda":
-        from .cuda_build import install_nvcc_callback  # noqa: PLC0415
+        from ..toolchain.device_code import install_nvcc_callback  # noqa: PLC0415
 
         install_nvcc_callback()
     entries = []

@@ -4,7 +4,7 @@ Pipeline use (the ``cutlass`` preset)::
 
     passes = tvm_ext.cutlass.offload_passes(target) + baseline_graph_passes(target)
     ex = tvm.compile(mod, target, relax_pipeline=...)
-    tvm_ext.cutlass.export_library(ex, "model.so")   # adds -lcudart for the CUTLASS objects
+    tvm_ext.toolchain.export_library(ex, "model.so")   # adds -lcudart for the CUTLASS objects
 
 Pieces: :mod:`.patterns` (partition + checks), :mod:`.padding` (channel padding to 8),
 :mod:`.codegen` (``relax.ext.tvm_ext_cutlass``; one shape-generic instance per template
@@ -22,7 +22,6 @@ from .config import KernelConfig
 from .database import Database, TuningRecord, dtype_key
 from .epilogue import ACTIVATIONS, Epilogue
 from .errors import CutlassCodegenError, CutlassDatabaseError, CutlassSetupError
-from .export import export_library, link_options
 from .padding import PadConvChannels, pad_conv_channels
 from .passes import PartitionForCutlass, convert_conv_to_nhwc, offload_passes
 from .patterns import CODEGEN_NAME, cutlass_patterns, partition_for_cutlass
@@ -32,6 +31,6 @@ __all__ = [
     "ACTIVATIONS", "B2bConv2dWorkload", "CODEGEN_NAME", "Conv2dWorkload", "CutlassCodegenError",
     "CutlassDatabaseError", "CutlassSetupError", "Database", "Epilogue", "GemmWorkload", "KernelConfig", "PartitionForCutlass",
     "TuningRecord", "candidates", "codegen", "convert_conv_to_nhwc", "cutlass_patterns", "dtype_key",
-    "export_library", "heuristic_config", "instance_key", "link_options", "offload_passes",
+    "heuristic_config", "instance_key", "offload_passes",
     "PadConvChannels", "pad_conv_channels", "partition_for_cutlass", "workload_from_function",
 ]

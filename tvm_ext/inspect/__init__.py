@@ -9,7 +9,6 @@ Example
 from __future__ import annotations
 
 from .fallback import DLIGHT_FALLBACK_REASON, FALLBACK_ATTR, FallbackOp, dlight_rules_by_func
-from .kernel_check import NvccResult, compile_cuda_source, find_cuda_root
 from .kernels import (KernelLaunches, cuda_source, device_kernels, global_kernel_names, kernel_launches,
                       kernel_source, launch_regions, primfunc_calls)
 from .report import GroupInfo, Report, group_instances, inspect, report_from_stages
@@ -17,7 +16,6 @@ from .stages import StagedBuild, build_stages, resolve_target
 
 __all__ = [
     "DLIGHT_FALLBACK_REASON", "FALLBACK_ATTR", "FallbackOp", "dlight_rules_by_func",
-    "NvccResult", "compile_cuda_source", "find_cuda_root",
     "KernelLaunches", "cuda_source", "device_kernels", "global_kernel_names", "kernel_launches",
     "kernel_source", "launch_regions", "primfunc_calls",
     "GroupInfo", "Report", "group_instances", "inspect", "report_from_stages",

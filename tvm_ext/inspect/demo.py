@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import tvm
 
-from .kernel_check import NvccResult, compile_cuda_source, nvcc_available
+from ..toolchain import NvccResult, compile_cuda_source, nvcc_available
 from .render import human_seconds
 from .report import Report, inspect
 
