@@ -36,7 +36,7 @@ class UnsupportedOpsError(TvmExtError):
 
 
 class UnknownDeviceError(TvmExtError):
-    """No device description exists under ``configs/devices`` for the requested name."""
+    """No device description exists for the requested name (see :func:`tvm_ext.hardware.devices_dir`)."""
 
 
 class PresetError(TvmExtError):
@@ -48,7 +48,7 @@ class NumericsMismatchError(TvmExtError):
 
 
 class DeviceConfigError(TvmExtError):
-    """A device description under ``configs/devices`` is malformed or lacks a requested entry."""
+    """A device description file is malformed or lacks a requested entry."""
 
 
 class AnalysisError(TvmExtError):

@@ -82,7 +82,7 @@ def git_commit(path: Path = REPO) -> str:
 
 
 def device_table() -> dict[str, dict]:
-    """Peak rates and DRAM bandwidth of every device in ``configs/devices`` (for rooflines)."""
+    """Peak rates and DRAM bandwidth of every described device (for rooflines)."""
     from ..hardware import list_devices, load_device  # noqa: PLC0415
 
     table = {}

@@ -1,4 +1,4 @@
-"""TVM targets for the devices in ``configs/devices`` and the way back from a target to a spec.
+"""TVM targets for the described devices and the way back from a target to a spec.
 
 Every device gets a CUDA target tag ``tvm_ext/<name>`` (see :func:`target_config`):
 ``keys`` ``["cuda", "gpu", "tvm_ext"]`` (``"gpu"`` makes ``tvm.compile`` choose the GPU
