@@ -1,8 +1,6 @@
 """Tests of tvm_ext.hardware: device files, occupancy calculator, TVM target tags."""
 from __future__ import annotations
 
-import glob
-import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -26,6 +24,7 @@ from tvm_ext.hardware import (
     register_target_tags,
 )
 from tvm_ext.hardware.device_schema import FLOAT_FIELDS, INT_FIELDS, SOURCED_STR_FIELDS
+from tvm_ext.toolchain import find_cuda_root
 
 REPO = Path(__file__).resolve().parent.parent
 REPO_DEVICES = REPO / "tvm_ext" / "hardware" / "devices"
@@ -319,15 +318,9 @@ def test_max_registers_for_blocks():
 
 
 def _find_occupancy_header() -> Path | None:
-    roots = [os.environ.get("CUDA_PATH", ""), "/usr/local/cuda", *sorted(glob.glob("/usr/local/cuda-*"))]
-    nvcc = shutil.which("nvcc")
-    if nvcc:
-        roots.append(str(Path(nvcc).resolve().parent.parent))
-    for root in roots:
-        header = Path(root) / "include" / "cuda_occupancy.h"
-        if root and header.is_file():
-            return header
-    return None
+    root = find_cuda_root()
+    header = None if root is None else root / "include" / "cuda_occupancy.h"
+    return header if header is not None and header.is_file() else None
 
 
 _HARNESS = r"""
