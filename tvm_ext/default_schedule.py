@@ -14,6 +14,7 @@ import logging
 import tvm
 from tvm import s_tir, tirx
 
+from .errors import TVM_ERRORS
 from .ir_update import with_functions
 
 logger = logging.getLogger(__name__)
@@ -22,8 +23,9 @@ FAILURES_ATTR = "tvm_ext.dlight_failures"
 #: Module attribute: PrimFunc name -> the dlight rule that scheduled it, ``"pre-scheduled"``
 #: (already ``tirx.is_scheduled``) or ``"none"`` (no rule applies). The report reads it.
 RULES_ATTR = "tvm_ext.dlight_rules"
-#: What a failing dlight rule raises: its own assertions and TVM errors (RuntimeError subclasses).
-RULE_ERRORS = (AssertionError, RuntimeError, ValueError, TypeError, IndexError)
+#: What a failing dlight rule raises: TVM's errors, and AssertionError because the rules are
+#: Python code that asserts its preconditions.
+RULE_ERRORS = TVM_ERRORS + (AssertionError,)
 
 
 def default_rules() -> list:

@@ -19,7 +19,7 @@ from typing import Iterator
 import tvm
 from tvm import relax
 
-from ..errors import TvmExtError
+from ..errors import TVM_ERRORS, TvmExtError
 from ..toolchain.device_code import NVCC_SECONDS, check_device_code
 from ..toolchain.export import export_library
 from .manifest import BuildEntry
@@ -83,10 +83,9 @@ def build_system(prepared: PreparedModel, preset: str, target: tvm.target.Target
                 cost = _build_gpu(prepared, preset, target, entry, path)
             else:
                 cost = _build_cpu(prepared, preset, target, entry, path)
-    except (RuntimeError, ValueError, TypeError, AttributeError, AssertionError, IndexError, KeyError,
-            TvmExtError) as err:
-        # what TVM's passes raise through the FFI (dlight asserts), and ours (bad preset, source embedded):
-        # one failing build must not stop the others
+    except TVM_ERRORS + (AssertionError, TvmExtError) as err:
+        # what TVM's passes raise (AssertionError: dlight's rules assert), and ours (bad preset, source
+        # embedded): one failing build must not stop the others
         entry.status, entry.error = "failed", f"{type(err).__name__}: {' '.join(str(err).split())[:1000]}"
         entry.library = None
         log.warning("%s/%s failed: %s", prepared.source.name, system, entry.error)

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from ..errors import TvmExtError
+from ..errors import TVM_ERRORS, TvmExtError
 from .compile import build_system
 from .manifest import ModelEntry
 from .suite import ModelSource
@@ -68,7 +68,7 @@ def build_model(source: ModelSource, job: BuildJob, target) -> ModelEntry:
     bundle = Path(job.bundle)
     try:
         prepared = prepare(source, fp16=job.fp16)
-    except (TvmExtError, RuntimeError, ValueError, TypeError, KeyError, AssertionError, IndexError) as err:
+    except TVM_ERRORS + (AssertionError, TvmExtError) as err:  # AssertionError: the ONNX converters assert
         log.warning("%s: cannot prepare: %s", source.name, err)
         return _failed(source, dtype, err)
     entry = ModelEntry(name=source.name, source=str(source.path or source.builder), dtype=dtype,

@@ -21,6 +21,7 @@ from tqdm import tqdm
 
 from ..errors import KernelCompileError
 from ..hardware import DeviceSpec
+from ..toolchain.cuda import gpu_available
 from .b2b import B2bGemmWorkload
 from .b2b_conv import B2bConv2dWorkload
 from .candidates import candidates
@@ -179,15 +180,6 @@ def run_program(program: Path, argv: Sequence[str], timeout: float = 60.0) -> fl
         _LOG.info("candidate %s rejected: %s", program.name, proc.stderr.strip()[-300:])
         return math.inf
     return float(json.loads(proc.stdout.strip().splitlines()[-1])["latency_us"])
-
-
-def gpu_available() -> bool:
-    import tvm
-
-    try:
-        return bool(tvm.cuda(0).exist)
-    except (RuntimeError, ValueError):
-        return False
 
 
 def tune(wl: GemmWorkload | Conv2dWorkload, arch: str, device: DeviceSpec, database: Database, *,

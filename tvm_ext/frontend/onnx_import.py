@@ -22,7 +22,7 @@ import onnx
 import tvm
 from google.protobuf.message import DecodeError
 
-from ..errors import ModelConversionError, ModelLoadError, TvmExtError, UnsupportedOpsError
+from ..errors import TVM_ERRORS, ModelConversionError, ModelLoadError, TvmExtError, UnsupportedOpsError
 from ..models.skeleton import fill_skeleton, is_skeleton
 from .canonicalize import finalize_module
 from .shapes import bind_input_shapes, user_inputs
@@ -256,8 +256,7 @@ def from_onnx(
             opset=opset if opset is not None else _default_opset(proto),
             keep_params_in_input=False,
         )
-    except (RuntimeError, ValueError, TypeError, KeyError, IndexError, AssertionError,
-            AttributeError) as err:  # what the importer and TVM's FFI raise on bad graphs
+    except TVM_ERRORS + (AssertionError,) as err:  # AssertionError: the converters assert what they expect
         first_line = (str(err).strip().splitlines() or [""])[0]
         raise ModelConversionError(
             f"the Relax ONNX importer failed on graph '{proto.graph.name}': "
@@ -269,5 +268,5 @@ def from_onnx(
 def _check_dtype(dtype: str) -> None:
     try:
         tvm.runtime.DataType(dtype)
-    except (TypeError, ValueError, RuntimeError):
+    except TVM_ERRORS:
         raise TvmExtError(f"dtype {dtype!r} is not a valid data type name") from None

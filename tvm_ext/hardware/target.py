@@ -33,7 +33,7 @@ from typing import Any, Union
 import tvm
 from tvm.target import Target
 
-from ..errors import UnknownDeviceError
+from ..errors import TVM_ERRORS, UnknownDeviceError
 from .device_spec import DeviceSpec, list_devices, load_device
 
 TAG_PREFIX = "tvm_ext/"
@@ -121,7 +121,7 @@ def _as_target(target: TargetLike) -> Target:
             return make_target(text)
     try:
         return Target(target)
-    except (ValueError, TypeError) as err:  # TVM reports bad targets as ValueError
+    except TVM_ERRORS as err:  # TVM reports bad targets as ValueError
         raise UnknownDeviceError(f"cannot interpret {target!r} as a TVM target: {err}") from err
 
 

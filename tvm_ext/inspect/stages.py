@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 import tvm
 
-from ..errors import PresetError, TvmExtError
+from ..errors import TVM_ERRORS, PresetError, TvmExtError
 from ..pipeline import Preset, get_preset, is_gpu_target
 
 #: Name of the pass that turns fused Relax functions into fused PrimFuncs.
@@ -81,7 +81,7 @@ def resolve_target(target: str | Mapping | tvm.target.Target) -> tvm.target.Targ
         register_target_tags()
     try:
         return tvm.target.Target(target)
-    except (ValueError, TypeError) as err:
+    except TVM_ERRORS as err:
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise TvmExtError(f"invalid target {target!r}: {first}") from None
 

@@ -31,11 +31,12 @@ import tvm_ffi
 from tvm import tirx
 
 from ..analysis import element_bytes
+from ..errors import TVM_ERRORS
 from ..graph import sblocks
 from ..hardware import DeviceSpec
 from .kernels import is_contraction
 from .prologue import MAX_COLUMNS, SHARED_BUDGET
-from .schedule import _TVM_ERRORS, PLAN_ATTR, StitchScheduleError, zero_unit_bindings
+from .schedule import PLAN_ATTR, StitchScheduleError, zero_unit_bindings
 
 #: Rows per block the builder tries, largest first.
 ROW_TILES = (32, 16, 8, 4)
@@ -219,7 +220,7 @@ def build_prologue_schedule(func: tirx.PrimFunc, device: DeviceSpec) -> tirx.Pri
             sch.set_scope(block, 0, "local" if _is_reduction(sch.get(block)) else "shared")
             sch.compute_at(block, row_outer)
             _bind_rows_and_lanes(sch, _loops_below(sch, block, row_outer), tiles)
-    except _TVM_ERRORS as err:
+    except TVM_ERRORS as err:
         raise StitchScheduleError(f"schedule failed: {str(err).strip().splitlines()[0][:300]}") from None
     summary = {"scheme": "gemm_prologue", "contraction": a.contraction, "operand": a.operand_block,
                "operand_scope": "shared", **asdict(tiles)}

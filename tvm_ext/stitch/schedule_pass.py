@@ -23,7 +23,7 @@ import logging
 import tvm
 from tvm import relax, tirx
 
-from ..errors import UnknownDeviceError
+from ..errors import TVM_ERRORS, UnknownDeviceError
 from ..hardware import DeviceSpec, device_from_target, list_devices, load_device
 from ..ir_update import with_functions
 from ..tir import PIPELINE_NAME
@@ -91,7 +91,7 @@ def _lowers(func: tirx.PrimFunc, name: str, target: tvm.target.Target | None) ->
         with target:
             tvm.tirx.build(tvm.IRModule({name: func.with_attr("global_symbol", name)}), target=target,
                            pipeline=PIPELINE_NAME)
-    except (RuntimeError, ValueError, TypeError) as err:  # TVM lowering errors (InternalError is a RuntimeError)
+    except TVM_ERRORS as err:  # the lowering rejects the function
         return str(err).strip().splitlines()[-1][:300] if str(err).strip() else type(err).__name__
     return None
 

@@ -1,4 +1,4 @@
-"""The CUDA toolkit: where it is, its nvcc and that nvcc's version (one finder for the package).
+"""CUDA on this machine: the toolkit (one finder for the package), its nvcc, and whether a GPU is present.
 
 The toolkit root is the first of these that holds ``bin/nvcc`` and ``include/cuda_runtime.h``:
 
@@ -24,7 +24,7 @@ import subprocess
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
-from ..errors import KernelCompileError
+from ..errors import TVM_ERRORS, KernelCompileError
 
 _LOG = logging.getLogger(__name__)
 
@@ -102,6 +102,16 @@ def _version_of(nvcc: str) -> str:
 def nvcc_version() -> str:
     """The last line of ``nvcc --version`` (``Build cuda_13.0...``), or ``"unknown"``."""
     return _version_of(nvcc_path())
+
+
+def gpu_available() -> bool:
+    """Whether a CUDA GPU can run kernels in this process (TVM's CUDA runtime loaded and a device found)."""
+    import tvm  # noqa: PLC0415 - the toolkit helpers above work without TVM
+
+    try:
+        return bool(tvm.cuda(0).exist)
+    except TVM_ERRORS:  # no CUDA runtime in this build / no driver
+        return False
 
 
 def toolkit_env(env: Mapping[str, str], root: Path | None = None) -> dict[str, str]:
