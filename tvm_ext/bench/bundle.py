@@ -120,6 +120,9 @@ def copy_runtime_python(out: Path) -> None:
     shutil.copy2(PACKAGE / "errors.py", pkg / "errors.py")
     for name in RUNTIME_MODULES:
         shutil.copy2(PACKAGE / "bench" / f"{name}.py", pkg / "bench" / f"{name}.py")
+    (pkg / "testing").mkdir(exist_ok=True)  # the tolerance policy only (numerics reads it)
+    (pkg / "testing" / "__init__.py").write_text('"""tvm_ext.testing, runtime side only: the tolerance policy."""\n')
+    shutil.copy2(PACKAGE / "testing" / "tolerance.py", pkg / "testing" / "tolerance.py")
 
 
 def copy_corpus(out: Path) -> bool:
