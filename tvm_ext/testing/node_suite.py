@@ -277,7 +277,7 @@ def run_node_suite(data_dir: str | Path, presets: Sequence[str] = (BASELINE,),
             bar.update(1)
     else:
         with IsolatedPool(_run_case_task, jobs=jobs, timeout=timeout_per_case) as pool:
-            for outcome in pool.imap_unordered(tasks):
+            for outcome in pool.map(tasks):
                 if outcome.failure is None:
                     suite.results.extend(outcome.value)
                 else:
