@@ -17,7 +17,6 @@ Exit status: 0 if every model's stitched kernels compile, match on the CPU and n
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import sys
 import time

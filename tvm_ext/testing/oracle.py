@@ -27,7 +27,7 @@ from .tolerance import tolerance_for
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["CheckResult", "CpuVM", "assert_close", "assert_model_close", "build_cpu", "check_model",
+__all__ = ["CheckResult", "CpuVM", "assert_close", "build_cpu", "check_model",
            "compare_outputs", "cpu_target", "onnxruntime_outputs", "run_cpu"]
 
 def cpu_target() -> tvm.target.Target:
@@ -285,8 +285,3 @@ def check_model(model: str | onnx.ModelProto, preset: str = DEFAULT_PRESET, *,
         max_rel_err=max((e.max_rel_err for e in finite), default=0.0),
         outputs=errors, fp16=fp16, seed=seed,
         max_tol_ratio=max((e.tol_ratio for e in finite), default=0.0))
-
-
-def assert_model_close(model: str | onnx.ModelProto, preset: str = DEFAULT_PRESET, **kwargs: Any) -> CheckResult:
-    """:func:`check_model` that raises :class:`NumericsMismatchError` on a mismatch."""
-    return check_model(model, preset, **kwargs).raise_on_mismatch()

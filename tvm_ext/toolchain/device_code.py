@@ -38,7 +38,6 @@ from .gencode import gencode_flags
 _NO_DEVICE = 100
 #: Serialized CUDA modules: kind "cuda" (u64-length-prefixed), blob length, then the format string.
 _CUDA_RECORD = re.compile(rb"\x04\x00\x00\x00\x00\x00\x00\x00cuda(.{8})(.{8})", re.DOTALL)
-SOURCE_FORMATS = ("cuda", "cu")
 BINARY_FORMATS = ("cubin", "fatbin", "ptx")
 #: Seconds spent in nvcc by :func:`install_nvcc_callback`'s callback (read and reset by the builder).
 NVCC_SECONDS: list[float] = []
@@ -157,4 +156,4 @@ def check_device_code(path: str | Path) -> str:
 
 __all__ = ["needs_libcuda_stub", "cuda_runtime_library", "driver_symbols", "build_libcuda_stub",
            "install_nvcc_callback", "library_device_code", "check_device_code", "NVCC_SECONDS",
-           "SOURCE_FORMATS", "BINARY_FORMATS"]
+           "BINARY_FORMATS"]
