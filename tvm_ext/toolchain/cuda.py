@@ -114,15 +114,8 @@ def gpu_available() -> bool:
         return False
 
 
-def toolkit_env(env: Mapping[str, str], root: Path | None = None) -> dict[str, str]:
-    """A copy of ``env`` in which ``CUDA_PATH`` and the first ``nvcc`` on PATH are the toolkit's.
-
-    Raises
-    ------
-    KernelCompileError
-        ``root`` is None and no toolkit is found.
-    """
-    root = root if root is not None else cuda_root()
+def toolkit_env(env: Mapping[str, str], root: Path) -> dict[str, str]:
+    """A copy of ``env`` in which ``CUDA_PATH`` and the first ``nvcc`` on PATH are those of toolkit ``root``."""
     out = dict(env)
     out["CUDA_PATH"] = str(root)
     out["PATH"] = os.pathsep.join(filter(None, [str(root / "bin"), env.get("PATH")]))
@@ -130,19 +123,12 @@ def toolkit_env(env: Mapping[str, str], root: Path | None = None) -> dict[str, s
 
 
 @contextlib.contextmanager
-def use_toolkit(root: Path | None = None) -> Iterator[Path]:
-    """Within the block, ``os.environ`` points TVM's nvcc helpers at the toolkit; yields its root.
-
-    Raises
-    ------
-    KernelCompileError
-        ``root`` is None and no toolkit is found.
-    """
-    root = root if root is not None else cuda_root()
+def use_toolkit(root: Path) -> Iterator[None]:
+    """Within the block, ``os.environ`` points TVM's nvcc helpers at toolkit ``root``."""
     saved = {var: os.environ.get(var) for var in ("CUDA_PATH", "PATH")}
     os.environ.update(toolkit_env(os.environ, root))
     try:
-        yield root
+        yield
     finally:
         for var, value in saved.items():
             if value is None:
