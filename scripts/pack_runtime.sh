@@ -55,7 +55,13 @@ mkdir -p "$STAGE/tvm"
     --exclude='./src' --exclude='__pycache__' --exclude='*.pyc' .) | (cd "$STAGE/tvm" && tar -xf -)
 CUDART_FILE=none
 if [ "$CUDART" = 1 ]; then
-  for d in "${CUDA_PATH:-}" /usr/local/cuda "$(dirname "$(dirname "$(command -v nvcc 2>/dev/null || echo /x/x)")")"; do
+  # The toolkit: $CUDA_PATH, $CUDA_HOME, else the TOP nvcc reports (right through wrapper scripts),
+  # as tvm_ext.toolchain.cuda finds it (tvm_ext passes CUDA_PATH when it runs this script).
+  NVCC_TOP=
+  if command -v nvcc >/dev/null 2>&1; then
+    NVCC_TOP=$(nvcc -v --dryrun -x cu -c /dev/null -o /dev/null 2>&1 | sed -n 's/^#\$ TOP=//p' | head -n 1)
+  fi
+  for d in "${CUDA_PATH:-}" "${CUDA_HOME:-}" "$NVCC_TOP"; do
     for sub in lib64 lib targets/x86_64-linux/lib; do
       if [ -n "$d" ] && [ -f "$d/$sub/libcudart.so.13" ]; then
         cp -L "$d/$sub/libcudart.so.13" "$STAGE/tvm/lib/"; CUDART_FILE="$d/$sub/libcudart.so.13"; break 2

@@ -26,7 +26,8 @@ from tvm_ext.errors import TvmExtError  # noqa: E402
 from tvm_ext.frontend import from_onnx, random_inputs  # noqa: E402
 from tvm_ext.models.skeleton import load_model, resolve_models  # noqa: E402
 from tvm_ext.testing.compare import compare_outputs  # noqa: E402
-from tvm_ext.testing.oracle import FP32_TOLERANCE, build_cpu, run_cpu  # noqa: E402
+from tvm_ext.testing.oracle import build_cpu, run_cpu  # noqa: E402
+from tvm_ext.testing.tolerance import tolerance_for  # noqa: E402
 
 log = logging.getLogger("preset_numerics")
 
@@ -42,7 +43,7 @@ def compare_model(path: Path, presets: tuple[str, str], seed: int = 0) -> dict:
         vm = build_cpu(mod, preset)
         outputs.append(run_cpu(vm, inputs, num_outputs=len(proto.graph.output)))
         seconds[preset] = round(time.perf_counter() - start, 1)
-    rtol, atol = FP32_TOLERANCE
+    rtol, atol = tolerance_for("float32")
     errors = compare_outputs(outputs[1], outputs[0], rtol=rtol, atol=atol,
                              names=[o.name for o in proto.graph.output])
     finite = [e for e in errors if e.size]

@@ -17,7 +17,6 @@ Exit status: 0 if every model's stitched kernels compile, match on the CPU and n
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import sys
 import time
@@ -29,9 +28,10 @@ import tvm  # noqa: E402
 
 from tvm_ext.errors import TvmExtError  # noqa: E402
 from tvm_ext.frontend import from_onnx  # noqa: E402
-from tvm_ext.inspect.kernel_check import compile_cuda_source  # noqa: E402
+from tvm_ext.toolchain import compile_cuda_source  # noqa: E402
 from tvm_ext.models.skeleton import load_model, resolve_models  # noqa: E402
-from tvm_ext.stitch import REPORT_ATTR, stitch_graph_passes, stitch_schedule_passes  # noqa: E402
+from tvm_ext.driver import preset_passes  # noqa: E402
+from tvm_ext.select import planned_by  # noqa: E402
 from tvm_ext.testing.thread_serial import call_inputs, compare_scheduled  # noqa: E402
 from preset_numerics import report_row  # noqa: E402  (one JSON line per row, as preset_numerics writes)
 from tvm_ext.tir import PIPELINE_NAME  # noqa: E402
@@ -45,10 +45,10 @@ def check_model(path: Path, target_name: str, cpu: bool = True, fp16: bool = Fal
     target = tvm.target.Target(target_name)
     mod = from_onnx(load_model(path), fp16=fp16)
     with target:
-        fused = tvm.transform.Sequential(stitch_graph_passes(target))(mod)
-        scheduled = tvm.transform.Sequential(stitch_schedule_passes(target))(fused)
-    report = {str(k): str(v) for k, v in scheduled.attrs[REPORT_ATTR].items()} \
-        if scheduled.attrs is not None and REPORT_ATTR in scheduled.attrs else {}
+        stages = preset_passes("stitch", target)
+        fused = tvm.transform.Sequential(stages.graph)(mod)
+        scheduled = tvm.transform.Sequential(stages.schedule)(fused)
+    report = planned_by(scheduled, "stitch")
     ours = {name: scheduled[name].with_attr("global_symbol", name)
             for name, verdict in report.items() if verdict.startswith("stitched")}
     row = {"model": path.stem, "target": target_name, "fp16": fp16, "stitched": len(ours),
@@ -58,7 +58,7 @@ def check_model(path: Path, target_name: str, cpu: bool = True, fp16: bool = Fal
         with target:
             lib = tvm.tirx.build(tvm.IRModule(ours), target=target, pipeline=PIPELINE_NAME)
         result = compile_cuda_source(lib.imports[0].inspect_source(), target)
-        row.update(arch=result.arch, nvcc_seconds=round(result.seconds, 1), cubin_bytes=result.binary_bytes)
+        row.update(arch=result.arch, nvcc_seconds=round(result.seconds, 1), fatbin_bytes=result.binary_bytes)
     if cpu:
         checks = {name: compare_scheduled(fused[name], scheduled[name], inputs=call_inputs(fused, name))
                   for name in ours}

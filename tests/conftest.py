@@ -4,17 +4,10 @@ from __future__ import annotations
 import pytest
 
 
-def _has_cuda_gpu() -> bool:
-    import tvm
-
-    try:
-        return bool(tvm.cuda(0).exist)
-    except (RuntimeError, ValueError):  # no CUDA runtime in this build / no driver
-        return False
-
-
 def pytest_collection_modifyitems(config, items):
-    if _has_cuda_gpu():
+    from tvm_ext.toolchain import gpu_available
+
+    if gpu_available():
         return
     skip = pytest.mark.skip(reason="needs an NVIDIA GPU (none found)")
     for item in items:

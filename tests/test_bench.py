@@ -1,11 +1,8 @@
-"""tvm_ext.bench building blocks: inputs, weights, numerics, timing, manifest, results, suites, CUDA build helpers."""
+"""tvm_ext.bench building blocks: inputs, weights, numerics, timing, manifest, results, suites."""
 from __future__ import annotations
 
 import json
 import math
-import shutil
-import struct
-import subprocess
 
 import numpy as np
 import onnx
@@ -14,8 +11,6 @@ from onnx import numpy_helper
 
 from tvm_ext.bench import inputs as bin
 from tvm_ext.bench import numerics, results, suite, timing, weights
-from tvm_ext.bench.cuda_build import (
-    build_libcuda_stub, check_device_code, cuda_runtime_library, driver_symbols, gencode_for, library_device_code)
 from tvm_ext.bench.manifest import BuildEntry, Manifest, ModelEntry, OutputSpec, read_manifest
 from tvm_ext.bench.run import roofline_ms
 from tvm_ext.errors import BenchError
@@ -244,44 +239,6 @@ def test_corpus_record_of_a_skeleton():
     assert record["model"] == "bert_base" and record["batch"] == 1 and record["seq"] == 128
     assert record["int_inputs"]["attention_mask"] == [1, 2]
     assert suite.corpus_record(get_model("mlp")) is None
-
-
-# ----------------------------------------------------------------------------------- CUDA build helpers
-def _cuda_blob(fmt: bytes, payload: bytes) -> bytes:
-    body = struct.pack("<Q", len(fmt)) + fmt + payload
-    return b"junk" + struct.pack("<Q", 4) + b"cuda" + struct.pack("<Q", len(body)) + body + b"tail"
-
-
-def test_library_device_code_reads_the_format(tmp_path):
-    binary, source = tmp_path / "bin.so", tmp_path / "src.so"
-    binary.write_bytes(_cuda_blob(b"cubin", b"\x50\xed\x55\xba" + b"\0" * 32))
-    source.write_bytes(_cuda_blob(b"cuda", b'extern "C" __global__ void k() {}'))
-    assert library_device_code(binary) == "cubin" and check_device_code(binary) == "cubin"
-    assert library_device_code(source) == "cuda"
-    with pytest.raises(BenchError, match="source"):
-        check_device_code(source)
-    (tmp_path / "none.so").write_bytes(b"\0" * 64)
-    with pytest.raises(BenchError, match="no CUDA module"):
-        check_device_code(tmp_path / "none.so")
-
-
-def test_gencode_flags():
-    assert gencode_for("sm_90a") == ["-gencode", "arch=compute_90a,code=[sm_90a,compute_90a]"]
-    assert gencode_for("sm_80")[1] == "arch=compute_80,code=[sm_80,compute_80]"
-    with pytest.raises(BenchError):
-        gencode_for("compute_90")
-
-
-@pytest.mark.skipif(shutil.which("nm") is None or shutil.which("cc") is None, reason="needs nm and a C compiler")
-def test_libcuda_stub_exports_every_driver_symbol(tmp_path):
-    wanted = driver_symbols(cuda_runtime_library())
-    assert "cuModuleLoadData" in wanted and "cuLaunchKernelEx" in wanted
-    stub = build_libcuda_stub(tmp_path)
-    out = subprocess.run(["nm", "-D", "--defined-only", str(stub)], capture_output=True, text=True, check=True)
-    defined = {line.split()[-1] for line in out.stdout.splitlines() if line.split()}
-    assert set(wanted) <= defined
-    soname = subprocess.run(["objdump", "-p", str(stub)], capture_output=True, text=True, check=False).stdout
-    assert "libcuda.so.1" in soname or not soname
 
 
 # ------------------------------------------------------------------------------------------- prepare

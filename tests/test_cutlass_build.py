@@ -23,6 +23,7 @@ import tvm_ext.cutlass as tc
 sys.path.insert(0, os.path.dirname(__file__))  # sibling test module with the b2b model
 from tvm_ext.cutlass import nvcc
 from tvm_ext.cutlass.codegen import module_kernels
+from tvm_ext.toolchain import export_library, has_cutlass_objects
 
 pytestmark = pytest.mark.slow
 
@@ -73,7 +74,7 @@ def _export(mod, arch, path):
     assert ext.kind == "static_library"
     with target:
         ex = tvm.compile(offloaded, target, relax_pipeline=relax.get_pipeline("default_build"))
-    tc.export_library(ex, str(path))
+    export_library(ex, str(path))
     return offloaded
 
 
@@ -172,7 +173,7 @@ def test_b2b_gemm_compiles_and_exports(tmp_path):
     with target:
         ex = tvm.compile(offloaded, target, relax_pipeline=relax.get_pipeline("default_build"))
     path = tmp_path / "b2b.so"
-    tc.export_library(ex, str(path))
+    export_library(ex, str(path))
     result = _runtime_only_load(path)
     assert result.returncode == 0, result.stderr[-2000:]
     assert WL.n0 == 64
@@ -183,12 +184,12 @@ def test_cutlass_preset_through_tvm_compile(warm_cache, tmp_path):
     import tvm_ext
 
     ex = tvm.compile(DenseGelu, target="tvm_ext/a100", relax_pipeline="tvm_ext.cutlass")
-    assert tc.export.has_cutlass_objects(ex)
+    assert has_cutlass_objects(ex)
     source = ex.mod.imports[0].imports
     cuda = [m for m in source if m.kind == "cuda"]
     assert cuda and "__global__" in cuda[0].inspect_source()  # the exp stays a TVM kernel
     path = tmp_path / "dense_gelu_preset.so"
-    tvm_ext.cutlass.export_library(ex, path)
+    tvm_ext.export_library(ex, path)
     # Loading it needs the CUDA loader (a driver) for the TVM kernels: check the CUTLASS symbol.
     nm = subprocess.run(["nm", "-D", "--defined-only", str(path)], capture_output=True, text=True, check=True).stdout
     assert "__tvm_ffi_fused_relax_permute_dims_relax_matmul_relax_add_relax_nn_gelu_tvm_ext_cutlass" in nm
@@ -206,7 +207,7 @@ def test_b2b_conv_compiles_and_exports(tmp_path):
     with target:
         ex = tvm.compile(offloaded, target, relax_pipeline=relax.get_pipeline("default_build"))
     path = tmp_path / "b2b_conv.so"
-    tc.export_library(ex, str(path))
+    export_library(ex, str(path))
     result = _runtime_only_load(path)
     assert result.returncode == 0, result.stderr[-2000:]
 

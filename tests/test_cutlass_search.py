@@ -140,7 +140,7 @@ def test_tune_with_fake_runner_records_fastest(tmp_path, monkeypatch):
 
 
 def test_tune_without_gpu_is_a_clear_error(tmp_path):
-    from tvm_ext.cutlass.profiler import gpu_available
+    from tvm_ext.toolchain import gpu_available
 
     if gpu_available():
         pytest.skip("a GPU is present")

@@ -16,9 +16,9 @@ from tvm_ext.errors import (
     UnboundDimensionError, UnsupportedOpsError,
 )
 from tvm_ext.frontend import (
-    canonicalize_passes, from_onnx, from_torch, input_info, random_inputs, unsupported_ops,
+    ConvertToFloat16, canonicalize_passes, from_onnx, from_torch, input_info, random_inputs,
+    unsupported_ops,
 )
-from tvm_ext.frontend_fp16 import ConvertToFloat16
 from tvm_ext.models import BUNDLED, bert_layer, conv_block
 
 LLVM = tvm.target.Target({"kind": "llvm"})
@@ -164,7 +164,7 @@ def test_fp16_runs_opaque_calls_in_fp32(caplog):
     model = _model([helper.make_node("Pad", ["x", "pads"], ["p"], mode="reflect"),
                     helper.make_node("Relu", ["p"], ["y"])],
                    [_vi("x", [3, 5])], [_vi("y", [3, 8])], [pads])
-    with caplog.at_level("WARNING", logger="tvm_ext.frontend_fp16"):
+    with caplog.at_level("WARNING", logger="tvm_ext.frontend.fp16"):
         mod = from_onnx(model, fp16=True)
     assert "kept in fp32" in caplog.text
     x = np.random.default_rng(0).standard_normal((3, 5)).astype(np.float16)

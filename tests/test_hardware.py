@@ -1,8 +1,6 @@
 """Tests of tvm_ext.hardware: device files, occupancy calculator, TVM target tags."""
 from __future__ import annotations
 
-import glob
-import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -13,8 +11,9 @@ import yaml
 from tvm_ext.errors import DeviceConfigError, TvmExtError, UnknownDeviceError
 from tvm_ext.hardware import (
     CONFIG_DIR_ENV,
+    PACKAGED_DEVICES_DIR,
     DeviceSpec,
-    config_dir,
+    devices_dir,
     device_from_target,
     is_tvm_ext_target,
     list_devices,
@@ -25,8 +24,10 @@ from tvm_ext.hardware import (
     register_target_tags,
 )
 from tvm_ext.hardware.device_schema import FLOAT_FIELDS, INT_FIELDS, SOURCED_STR_FIELDS
+from tvm_ext.toolchain import find_cuda_root
 
-REPO_DEVICES = Path(__file__).resolve().parent.parent / "configs" / "devices"
+REPO = Path(__file__).resolve().parent.parent
+REPO_DEVICES = REPO / "tvm_ext" / "hardware" / "devices"
 EXPECTED_ARCH = {"h100": "sm_90", "h200": "sm_90", "a100": "sm_80", "v100": "sm_70", "t4": "sm_75", "rtx3090": "sm_86"}
 
 
@@ -40,9 +41,15 @@ def _default_config_dir(monkeypatch):
 # ---------------------------------------------------------------------------------------------
 
 
-def test_config_dir_defaults_to_repo_configs():
-    assert config_dir() == REPO_DEVICES.parent
+def test_devices_default_to_the_packaged_ones():
+    assert devices_dir() == PACKAGED_DEVICES_DIR == REPO_DEVICES
     assert set(EXPECTED_ARCH) <= set(list_devices())
+
+
+def test_config_dir_without_devices_keeps_the_packaged_ones(tmp_path, monkeypatch):
+    monkeypatch.setenv(CONFIG_DIR_ENV, str(tmp_path))  # e.g. only cutlass/database.jsonl in it
+    assert devices_dir() == PACKAGED_DEVICES_DIR
+    assert load_device("h100").name == "h100"
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED_ARCH))
@@ -311,15 +318,9 @@ def test_max_registers_for_blocks():
 
 
 def _find_occupancy_header() -> Path | None:
-    roots = [os.environ.get("CUDA_PATH", ""), "/usr/local/cuda", *sorted(glob.glob("/usr/local/cuda-*"))]
-    nvcc = shutil.which("nvcc")
-    if nvcc:
-        roots.append(str(Path(nvcc).resolve().parent.parent))
-    for root in roots:
-        header = Path(root) / "include" / "cuda_occupancy.h"
-        if root and header.is_file():
-            return header
-    return None
+    root = find_cuda_root()
+    header = None if root is None else root / "include" / "cuda_occupancy.h"
+    return header if header is not None and header.is_file() else None
 
 
 _HARNESS = r"""

@@ -17,10 +17,10 @@ from tvm_ext.analysis import group_traffic_default
 from tvm_ext.errors import KernelCompileError, PresetError, TvmExtError, UnknownDeviceError
 from tvm_ext.graph import OpGraph
 from tvm_ext.driver import build
-from tvm_ext.inspect import (FallbackOp, GroupInfo, compile_cuda_source, cuda_source, global_kernel_names, inspect,
-                             kernel_source, report_from_stages)
-from tvm_ext.inspect.kernel_check import find_cuda_root
+from tvm_ext.inspect import (FallbackOp, GroupInfo, cuda_source, global_kernel_names, inspect, kernel_source,
+                             report_from_stages)
 from tvm_ext.select import FALLBACK_ATTR, launch_regions
+from tvm_ext.toolchain import compile_cuda_source, find_cuda_root
 
 F32 = "float32"
 

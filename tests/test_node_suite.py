@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sys
 import time
 
 import numpy as np
@@ -117,20 +118,32 @@ def pool_task(task: tuple[str, object]) -> object:
         time.sleep(value)
     elif kind == "exit":
         os._exit(value)
+    elif kind == "segfault":
+        import ctypes
+
+        ctypes.string_at(0)
+    elif kind == "print_and_exit":
+        print(value, file=sys.stderr, flush=True)
+        os._exit(1)
     elif kind == "raise":
         raise ValueError(value)
     return value
 
 
 def test_isolated_pool_survives_timeout_and_crash():
-    # One worker at a time: it dies on "raise" and "exit" and is replaced; the hung task is cut off.
-    tasks = [("sleep", 0.0), ("raise", "boom"), ("exit", 3), ("sleep", 60.0)]
+    # One worker at a time: a raising task is reported, a dying worker is replaced, the hung task is
+    # cut off, and the pool goes on after each.
+    tasks = [("sleep", 0.0), ("raise", "boom"), ("exit", 3), ("print_and_exit", "last words"), ("sleep", 60.0),
+             ("segfault", None), ("sleep", 0.0)]
     start = time.monotonic()
     with IsolatedPool(pool_task, jobs=1, timeout=2.0) as pool:
-        outcomes = sorted(pool.imap_unordered(tasks), key=lambda o: o.index)
+        outcomes = list(pool.map(tasks))
     assert time.monotonic() - start < 45
-    assert [o.failure for o in outcomes] == [None, "crash", "crash", "timeout"]
+    assert [o.index for o in outcomes] == list(range(len(tasks)))
+    assert [o.failure for o in outcomes] == [None, "crash", "crash", "crash", "timeout", "crash", None]
     assert outcomes[0].value == 0.0
-    assert "ValueError: boom" in outcomes[1].message  # the worker's last stderr line
-    assert "code 3" in outcomes[2].message
-    assert "no result after 2 s" in outcomes[3].message
+    assert "ValueError: boom" in outcomes[1].message
+    assert outcomes[2].message == "worker died: no output"
+    assert outcomes[3].message == "worker died: last words"  # the task's own stderr, not the pool's
+    assert "no result after 2 s" in outcomes[4].message and outcomes[4].seconds >= 2.0
+    assert outcomes[5].message == "worker died: Fatal Python error: Segmentation fault"

@@ -11,6 +11,7 @@ from tvm_ext.driver import list_presets
 from tvm_ext.testing import oracle
 from tvm_ext.testing.compare import assert_close, compare_outputs
 from tvm_ext.testing.onnx_backend import backend_for
+from tvm_ext.testing.tolerance import tolerance_for
 
 pytestmark = pytest.mark.filterwarnings("ignore:Renaming name:UserWarning")  # TVM's importer on "x.1"
 
@@ -54,7 +55,7 @@ def baseline_result(model):
 def test_check_model_passes_baseline(baseline_result):
     r = baseline_result
     assert r.ok, r.message()
-    assert r.preset == "baseline" and (r.rtol, r.atol) == oracle.FP32_TOLERANCE
+    assert r.preset == "baseline" and (r.rtol, r.atol) == tolerance_for("float32")
     assert [o.name for o in r.outputs] == ["prob", "act"]
     assert all(o.ok and o.shape == (8, 48) and o.size == 8 * 48 for o in r.outputs)
     assert 0.0 <= r.max_abs_err < 1e-5 and r.max_rel_err < 1e-4 and r.max_tol_ratio < 1.0
@@ -160,7 +161,7 @@ def test_unknown_preset_raises(model):
 def test_fp16_within_tolerance(model):
     r = oracle.check_model(model, fp16=True)
     assert r.ok, r.message()
-    assert (r.rtol, r.atol) == oracle.FP16_TOLERANCE and r.fp16
+    assert (r.rtol, r.atol) == tolerance_for("float16") and r.fp16
     # fp16 rounding is visible (so the fp16 path really ran) but uses little of the tolerance.
     assert r.max_abs_err > 1e-4
     assert 0.0 < r.max_tol_ratio < 0.5
@@ -199,3 +200,12 @@ def test_backend_passes_onnx_runner(monkeypatch):
     assert ran == 2 and not result.failures and not result.errors, result.failures + result.errors
     skipped = {t.id().rsplit(".", 1)[-1]: why for t, why in result.skipped}
     assert "test_single_relu_model_cuda" in skipped  # supports_device("CUDA") is False
+
+
+def test_one_tolerance_policy():
+    from tvm_ext.testing.tolerance import normwise_tolerance_for
+
+    assert tolerance_for("float32") == (1e-4, 1e-5) and tolerance_for(np.dtype("float64")) == (1e-4, 1e-5)
+    assert tolerance_for("float16") == tolerance_for("bfloat16") == (2e-2, 2e-2)
+    assert normwise_tolerance_for("float32") == 1e-3 and normwise_tolerance_for("int64") == 1e-3
+    assert normwise_tolerance_for("float16") == 3e-2

@@ -14,10 +14,10 @@ from tvm import relax
 
 import tvm_ext.tir as ttir
 from tvm_ext.frontend import from_onnx
-from tvm_ext.inspect.kernel_check import compile_cuda_source, nvcc_available
+from tvm_ext.toolchain import compile_cuda_source, nvcc_available
 from tvm_ext.models import get_model
 from tvm_ext.driver import preset_passes, preset_pipeline
-from tvm_ext.select import FALLBACK_ATTR, GENERATOR_ATTR, RULE_ATTR
+from tvm_ext.select import planned_by
 
 pytestmark = pytest.mark.skipif(not nvcc_available(), reason="nvcc / CUDA toolkit not found")
 
@@ -83,17 +83,9 @@ def _scheduled(mod, target):
 
 
 def _stitch_rules(scheduled) -> dict[str, str]:
-    """PrimFunc -> schedule rule of every kernel the stitch generator planned (a kernel whose plan
-    was refused is scheduled by dlight and marked; it shows as ``fallback``)."""
-    out = {}
-    for gv, func in scheduled.functions_items():
-        if not isinstance(func, tvm.tirx.PrimFunc) or func.attrs is None:
-            continue
-        if FALLBACK_ATTR in func.attrs and "stitch" in str(func.attrs[FALLBACK_ATTR]):
-            out[gv.name_hint] = "fallback"
-        elif GENERATOR_ATTR in func.attrs and str(func.attrs[GENERATOR_ATTR]) == "stitch":
-            out[gv.name_hint] = str(func.attrs[RULE_ATTR])
-    return out
+    """PrimFunc -> schedule rule of every kernel the stitch generator planned."""
+    return {name: ("fallback" if rule.startswith("fallback") else rule)
+            for name, rule in planned_by(scheduled, "stitch").items()}
 
 
 def _cuda(mod, target) -> str:

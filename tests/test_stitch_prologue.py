@@ -14,10 +14,10 @@ from tvm import relax
 import tvm_ext.tir as ttir
 from tvm_ext.graph import OpGraph
 from tvm_ext.hardware import load_device
-from tvm_ext.inspect.kernel_check import compile_cuda_source, nvcc_available
 from tvm_ext.driver import preset_pipeline
 from tvm_ext.select import SelectionContext, boundary_bytes
 from tvm_ext.stitch import StitchGenerator
+from tvm_ext.toolchain import compile_cuda_source, nvcc_available
 from tvm_ext.stitch.prologue import row_operand_read
 from tvm_ext.stitch.prologue_schedule import PrologueTiles, build_prologue_schedule, plan_prologue_tiles
 from tvm_ext.stitch.schedule import StitchScheduleError

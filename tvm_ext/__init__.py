@@ -53,6 +53,7 @@ if not RUNTIME_ONLY:
     )
     from .hardware import (DEFAULT_TARGET, DeviceSpec, device_from_target, list_devices, load_device,
                            register_target_tags)
+    from .toolchain import export_library
 
 
 def _register() -> None:
@@ -72,5 +73,5 @@ _INITIALIZING = False
 __all__ = [
     "errors", "TvmExtError", "DEFAULT_TARGET", "DeviceSpec", "device_from_target", "list_devices", "load_device",
     "DEFAULT_PRESET", "Preset", "compile", "get_preset", "graph_passes", "list_presets",
-    "preset_pipeline", "use_preset", "__version__",
+    "preset_pipeline", "use_preset", "export_library", "__version__",
 ]

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from .errors import ModelLoadError, ShapeOverrideError, TvmExtError
+from .testing.tolerance import tolerance_for
 
 DEFAULT_TARGET = "tvm_ext/h100"
 DEFAULT_PRESET = "baseline"
@@ -117,9 +118,8 @@ def _with_progress(steps: Sequence[str], quiet: bool, body: Callable[[Callable[[
 # commands
 # --------------------------------------------------------------------------------------
 def _cmd_compile(args: argparse.Namespace) -> int:
-    from .inspect import compile_cuda_source, inspect
-    from .cutlass import export_library
-    from .inspect.kernel_check import nvcc_available
+    from .inspect import inspect
+    from .toolchain import compile_cuda_source, export_library, nvcc_available
 
     model = _model_path(args.model)
     out = Path(args.output)
@@ -254,7 +254,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", required=True, help="output file (.so)")
     p.add_argument("--nvcc", action=argparse.BooleanOptionalAction, default=None,
                    help="also compile the generated CUDA source with nvcc as a kernel check "
-                        "(default: on when nvcc is on PATH)")
+                        "(default: on when a CUDA toolkit is found)")
     p.set_defaults(func=_cmd_compile)
 
     p = sub.add_parser("inspect", help="report kernels, fused groups, traffic and fallbacks")
@@ -265,8 +265,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("check", help="check the preset's CPU build against onnxruntime")
     _add_model_options(p, target=False)
-    p.add_argument("--rtol", type=float, default=None, help="relative tolerance (default 1e-4, fp16 2e-2)")
-    p.add_argument("--atol", type=float, default=None, help="absolute tolerance (default 1e-5, fp16 2e-2)")
+    (rtol32, atol32), (rtol16, atol16) = tolerance_for("float32"), tolerance_for("float16")
+    p.add_argument("--rtol", type=float, default=None, help=f"relative tolerance (default {rtol32:g}, fp16 {rtol16:g})")
+    p.add_argument("--atol", type=float, default=None, help=f"absolute tolerance (default {atol32:g}, fp16 {atol16:g})")
     p.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
     p.set_defaults(func=_cmd_check)
 

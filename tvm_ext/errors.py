@@ -1,9 +1,29 @@
-"""Exception types raised by tvm_ext.
+"""Exception types raised by tvm_ext, and the ones TVM raises.
 
 Every error a user can trigger with bad input derives from :class:`TvmExtError`, so the
 CLI can print a one-line message (no traceback) and exit non-zero.
+
+:data:`TVM_ERRORS` is what to catch around a call into TVM that may fail on valid input
+(a schedule primitive that refuses, a lowering that rejects a function, a pass that cannot
+handle a graph). This module imports nothing, so the runtime-only bench bundle can copy it.
 """
 from __future__ import annotations
+
+#: The exceptions a failing TVM call raises. TVM's C++ errors reach Python through tvm_ffi
+#: as these builtin types (``tvm_ffi.core.ERROR_NAME_TO_TYPE``):
+#:
+#: * ``RuntimeError`` - failed ``ICHECK``s (``tvm.error.InternalError``), schedule primitives
+#:   that refuse (``ScheduleError``), ``DiagnosticError``, ``OpError``: all subclass it;
+#: * ``ValueError`` - bad values: an unknown dtype name, a target kind that does not exist;
+#: * ``TypeError`` - an FFI call with an argument of the wrong type ("Mismatched type on argument");
+#: * ``AttributeError`` - a missing registry entry (``Op.get`` of an unregistered operator);
+#: * ``KeyError`` - a lookup in a TVM ``Map`` that lacks the key;
+#: * ``IndexError`` - an index past the end of a TVM ``Array``.
+#:
+#: Python code inside TVM (dlight rules, the ONNX converters) can also fail with
+#: ``AssertionError``; the places that call such code add it, each saying why.
+#: ``MemoryError``, which tvm_ffi also maps, is left to propagate.
+TVM_ERRORS: tuple[type[Exception], ...] = (RuntimeError, ValueError, TypeError, AttributeError, KeyError, IndexError)
 
 
 class TvmExtError(Exception):
@@ -36,7 +56,7 @@ class UnsupportedOpsError(TvmExtError):
 
 
 class UnknownDeviceError(TvmExtError):
-    """No device description exists under ``configs/devices`` for the requested name."""
+    """No device description exists for the requested name (see :func:`tvm_ext.hardware.devices_dir`)."""
 
 
 class PresetError(TvmExtError):
@@ -48,7 +68,7 @@ class NumericsMismatchError(TvmExtError):
 
 
 class DeviceConfigError(TvmExtError):
-    """A device description under ``configs/devices`` is malformed or lacks a requested entry."""
+    """A device description file is malformed or lacks a requested entry."""
 
 
 class AnalysisError(TvmExtError):
@@ -56,7 +76,12 @@ class AnalysisError(TvmExtError):
 
 
 class KernelCompileError(TvmExtError):
-    """Generated CUDA source does not compile with nvcc (or nvcc / the CUDA toolkit is missing)."""
+    """CUDA code cannot be compiled here.
+
+    nvcc reports errors, the CUDA toolkit (or another tool the build needs: TVM's CUDA runtime,
+    ``nm``, a C compiler) is missing, the arch name is not one nvcc takes, or an exported
+    library holds CUDA source instead of compiled device code.
+    """
 
 
 class BenchError(TvmExtError):

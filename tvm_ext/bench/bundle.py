@@ -1,7 +1,7 @@
 """Write a benchmark bundle: ``tvm-ext bench --build-only --out DIR`` (layout in :mod:`.manifest`).
 
 :func:`build_bundle` builds every model x preset (in a worker process for CUDA targets, see
-:mod:`tvm_ext.bench.cuda_build`), writes the manifest, copies the runtime-side harness and
+:mod:`tvm_ext.toolchain.device_code`), writes the manifest, copies the runtime-side harness and
 the corpus model definitions, writes ``run.sh`` and, optionally, packs a runtime-only TVM
 with ``scripts/pack_runtime.sh``.
 """
@@ -82,7 +82,7 @@ def git_commit(path: Path = REPO) -> str:
 
 
 def device_table() -> dict[str, dict]:
-    """Peak rates and DRAM bandwidth of every device in ``configs/devices`` (for rooflines)."""
+    """Peak rates and DRAM bandwidth of every described device (for rooflines)."""
     from ..hardware import list_devices, load_device  # noqa: PLC0415
 
     table = {}
@@ -120,6 +120,9 @@ def copy_runtime_python(out: Path) -> None:
     shutil.copy2(PACKAGE / "errors.py", pkg / "errors.py")
     for name in RUNTIME_MODULES:
         shutil.copy2(PACKAGE / "bench" / f"{name}.py", pkg / "bench" / f"{name}.py")
+    (pkg / "testing").mkdir(exist_ok=True)  # the tolerance policy only (numerics reads it)
+    (pkg / "testing" / "__init__.py").write_text('"""tvm_ext.testing, runtime side only: the tolerance policy."""\n')
+    shutil.copy2(PACKAGE / "testing" / "tolerance.py", pkg / "testing" / "tolerance.py")
 
 
 def copy_corpus(out: Path) -> bool:
@@ -144,8 +147,12 @@ def pack_runtime(out: Path, python: str = "3.12") -> dict:
     script = REPO / "scripts" / "pack_runtime.sh"
     if not script.is_file():
         raise BenchError(f"{script} is missing")
+    from ..toolchain.cuda import find_cuda_root, toolkit_env  # noqa: PLC0415
+
+    root = find_cuda_root()  # where the script takes libcudart from
+    env = toolkit_env(os.environ, root) if root is not None else None
     proc = subprocess.run(["sh", str(script), str(out / "runtime"), "--python", python], capture_output=True,
-                          text=True, check=False)
+                          text=True, check=False, env=env)
     if proc.returncode != 0:
         raise BenchError(f"packing the TVM runtime failed: {proc.stderr.strip()[-800:]} "
                          "(use --no-runtime to leave it out)")
@@ -165,12 +172,13 @@ def _sizes(out: Path) -> dict[str, int]:
 
 
 def _worker_env(stub_dir: Path | None) -> dict[str, str]:
-    from ..inspect import find_cuda_root  # noqa: PLC0415
+    from ..toolchain.cuda import find_cuda_root, toolkit_env  # noqa: PLC0415
 
     env = {k: v for k, v in os.environ.items() if k != "TVM_USE_RUNTIME_LIB"}  # the worker needs the compiler
-    if shutil.which("nvcc") is None or find_cuda_root() is None:
-        raise BenchError("CUDA builds need nvcc on PATH and a CUDA toolkit (set CUDA_PATH)")
-    env["CUDA_PATH"] = str(find_cuda_root())
+    root = find_cuda_root()
+    if root is None:
+        raise BenchError("CUDA builds need a CUDA toolkit (put nvcc on PATH or set CUDA_PATH)")
+    env = toolkit_env(env, root)  # the worker's nvcc callback runs `nvcc` from PATH
     if stub_dir is not None:
         env["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None, [str(stub_dir), env.get("LD_LIBRARY_PATH")]))
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
@@ -178,7 +186,7 @@ def _worker_env(stub_dir: Path | None) -> dict[str, str]:
 
 
 def _run_worker(job: BuildJob, work: Path, progress: Callable[[str], None] | None) -> None:
-    from .cuda_build import build_libcuda_stub, needs_libcuda_stub  # noqa: PLC0415
+    from ..toolchain.device_code import build_libcuda_stub, needs_libcuda_stub  # noqa: PLC0415
 
     stub = work / "stub" if needs_libcuda_stub() else None
     if stub is not None:

@@ -16,8 +16,9 @@ from pathlib import Path
 
 import tvm
 
-from ..errors import TvmExtError
-from .cuda_build import NVCC_SECONDS, check_device_code
+from ..errors import TVM_ERRORS, TvmExtError
+from ..toolchain.device_code import NVCC_SECONDS, check_device_code
+from ..toolchain.export import export_library
 from .manifest import BuildEntry
 from .prepare import PreparedModel
 
@@ -67,10 +68,9 @@ def build_system(prepared: PreparedModel, preset: str, target: tvm.target.Target
             cost = _export_gpu(stages, prepared, entry, path)
         else:
             cost = _export_cpu(stages, prepared, entry, path)
-    except (RuntimeError, ValueError, TypeError, AttributeError, AssertionError, IndexError, KeyError,
-            TvmExtError) as err:
-        # what TVM's passes raise through the FFI (dlight asserts), and ours (bad preset, source embedded):
-        # one failing build must not stop the others
+    except TVM_ERRORS + (AssertionError, TvmExtError) as err:
+        # what TVM's passes raise (AssertionError: dlight's rules assert), and ours (bad preset, source
+        # embedded): one failing build must not stop the others
         entry.status, entry.error = "failed", f"{type(err).__name__}: {' '.join(str(err).split())[:1000]}"
         entry.library = None
         log.warning("%s/%s failed: %s", prepared.source.name, system, entry.error)
@@ -84,10 +84,9 @@ def build_system(prepared: PreparedModel, preset: str, target: tvm.target.Target
 
 def _export_gpu(stages, prepared: PreparedModel, entry: BuildEntry, path: Path) -> ModelCost:
     from ..inspect import report_from_stages  # noqa: PLC0415
-    from ..toolchain import export_library  # noqa: PLC0415 - adds -lcudart when CUTLASS code is inside
 
     report = report_from_stages(stages, model_name=prepared.source.name)
-    export_library(report.executable, path)
+    export_library(report.executable, path)  # adds -lcudart when CUTLASS code is inside
     entry.device_code = check_device_code(path)
     entry.kernels = int(report.kernels)
     entry.distinct_kernels = int(report.distinct_kernels)

@@ -1,8 +1,8 @@
 """Numerics checks of a benchmarked model against reference outputs.
 
 * The error measure is the norm-wise relative error ``||out - ref||_2 / ||ref||_2``,
-  computed in float64 (METHOD.md): float32 lands far under 1e-3, fp16 around 1e-3..1e-2.
-  ``max_rel_err`` of a run is its maximum over outputs and check sets.
+  computed in float64 (METHOD.md); ``max_rel_err`` of a run is its maximum over outputs and
+  check sets, and the limit is :func:`tvm_ext.testing.tolerance.normwise_tolerance_for`.
 * Large outputs (a GPT-2 logits tensor is 25 MB in fp32) are compared on a fixed sample of
   :data:`DEFAULT_SAMPLE` elements, so the bundle stays small. The flattened tensor of ``n``
   elements is cut into ``count`` equal bins; the sample takes one element of each bin, at an
@@ -20,10 +20,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..testing.tolerance import normwise_tolerance_for
+
 #: Elements kept of each reference output.
 DEFAULT_SAMPLE = 65536
-#: Relative error (norm-wise) a run may have, by the dtype the model computes in.
-REL_TOL = {"float32": 1e-3, "float16": 3e-2, "bfloat16": 5e-2}
 _JITTER = 7919  # prime
 
 
@@ -116,7 +116,7 @@ def compare(name: str, out: np.ndarray, ref_sample: np.ndarray, sample: Sample,
 
 def summarize(checks: Sequence[OutputCheck], dtype: str) -> dict:
     """``max_rel_err``, ``max_abs_err``, ``nonfinite``, ``rel_tol`` and ``numerics_ok`` of a run."""
-    tol = REL_TOL.get(dtype, REL_TOL["float32"])
+    tol = normwise_tolerance_for(dtype)
     max_rel = max((c.rel_err for c in checks), default=math.nan)
     return {
         "max_rel_err": max_rel,
@@ -137,5 +137,5 @@ def poison_value(dtype: np.dtype) -> float | int | bool:
     return int(np.iinfo(dtype).max)
 
 
-__all__ = ["DEFAULT_SAMPLE", "REL_TOL", "Sample", "sample_for", "take_sample", "OutputCheck", "compare",
+__all__ = ["DEFAULT_SAMPLE", "Sample", "sample_for", "take_sample", "OutputCheck", "compare",
            "summarize", "poison_value"]

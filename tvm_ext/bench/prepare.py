@@ -147,13 +147,9 @@ def _static(ty: relax.TensorType, what: str) -> tuple[tuple[int, ...], str]:
     return tuple(int(d) for d in ty.shape.values), str(ty.dtype)
 
 
-def _int_bounds(main: relax.Function) -> dict[str, int]:
-    from ..frontend_inputs import _index_bounds  # noqa: PLC0415 - the rule random_inputs uses
-
-    return _index_bounds(main)
-
-
 def _input_specs(graph: onnx.GraphProto, main: relax.Function, n_inputs: int, corpus: dict | None) -> list[InputSpec]:
+    from ..frontend import index_bounds  # noqa: PLC0415 - the rule random_inputs uses
+
     ranges = (corpus or {}).get("int_inputs", {})
     bounds = None
     specs = []
@@ -161,7 +157,7 @@ def _input_specs(graph: onnx.GraphProto, main: relax.Function, n_inputs: int, co
         shape, dtype = _static(param.ty, f"input '{info.name}'")
         rng = ranges.get(info.name)
         if rng is None and np.dtype(dtype).kind in "iu":
-            bounds = _int_bounds(main) if bounds is None else bounds
+            bounds = index_bounds(main) if bounds is None else bounds
             rng = (0, bounds.get(param.name, 100))
         specs.append(spec_for(info.name, shape, dtype, tuple(rng) if rng is not None else None))
     return specs

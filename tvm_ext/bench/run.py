@@ -39,8 +39,8 @@ def roofline_ms(manifest: Manifest, entry: ModelEntry, device_name: str) -> tupl
     """Roofline lower bound of ``entry`` on the device the driver calls ``device_name``.
 
     ``max(flops / peak FLOP/s of the model's dtype, min bytes / DRAM bandwidth)`` with the
-    numbers of the ``configs/devices`` entry whose name appears in ``device_name``
-    (``NVIDIA H100 80GB HBM3`` -> ``h100``); ``(None, None)`` for unknown devices.
+    numbers of the device description (``tvm_ext/hardware/devices``) whose name appears in
+    ``device_name`` (``NVIDIA H100 80GB HBM3`` -> ``h100``); ``(None, None)`` for unknown devices.
     """
     key = device_name.lower().replace(" ", "").replace("-", "")
     matches = [n for n in manifest.devices if n.replace("_", "") in key]

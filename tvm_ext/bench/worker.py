@@ -2,7 +2,7 @@
 
 Runs in-process (CPU targets) or as ``python -m tvm_ext.bench.worker JOB.json`` in a worker
 process whose environment lets TVM compile CUDA device code (see
-:mod:`tvm_ext.bench.cuda_build`). Each finished model is appended to the job's entries
+:mod:`tvm_ext.toolchain.device_code`). Each finished model is appended to the job's entries
 file as one JSON line (a :class:`~tvm_ext.bench.manifest.ModelEntry`), and a one-line
 progress message goes to stdout, so the parent can report as the build goes.
 """
@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from ..errors import TvmExtError
+from ..errors import TVM_ERRORS, TvmExtError
 from .compile import build_system
 from .manifest import ModelEntry
 from .suite import ModelSource
@@ -68,7 +68,7 @@ def build_model(source: ModelSource, job: BuildJob, target) -> ModelEntry:
     bundle = Path(job.bundle)
     try:
         prepared = prepare(source, fp16=job.fp16)
-    except (TvmExtError, RuntimeError, ValueError, TypeError, KeyError, AssertionError, IndexError) as err:
+    except TVM_ERRORS + (AssertionError, TvmExtError) as err:  # AssertionError: the ONNX converters assert
         log.warning("%s: cannot prepare: %s", source.name, err)
         return _failed(source, dtype, err)
     entry = ModelEntry(name=source.name, source=str(source.path or source.builder), dtype=dtype,
@@ -107,7 +107,7 @@ def run_jobs(job: BuildJob, progress: Callable[[str], None] | None = None) -> li
 
     target = resolve_target(job.target)
     if target.kind.name == "cuda":
-        from .cuda_build import install_nvcc_callback  # noqa: PLC0415
+        from ..toolchain.device_code import install_nvcc_callback  # noqa: PLC0415
 
         install_nvcc_callback()
     entries = []

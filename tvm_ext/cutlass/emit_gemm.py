@@ -158,14 +158,6 @@ def gemm_operation(wl: GemmWorkload, cfg: KernelConfig, arch: int) -> GemmOperat
                          kernel_schedule=kernel, epilogue_schedule=epi, tile_scheduler=cl.TileSchedulerType.Default)
 
 
-def instance_name(wl: GemmWorkload, cfg: KernelConfig, arch: int) -> str:
-    """C++ identifier of the instance (cutlass_library's procedural name + epilogue).
-
-    Shape-free: problem size, batch count and split-K slices are runtime arguments.
-    """
-    return gemm_operation(wl, cfg, arch).procedural_name() + (wl.epilogue.suffix or "_plain")
-
-
 def emit_gemm(wl: GemmWorkload, cfg: KernelConfig, arch: int, entry: str) -> str:
     """CUDA source defining the instance and ``extern "C" int <entry>(const TvmExtGemmArgs*, ...)``."""
     op = gemm_operation(wl, cfg, arch)

@@ -1,6 +1,6 @@
 """Errors of the CUTLASS offload (subclasses of :class:`tvm_ext.errors.TvmExtError`).
 
-nvcc failures raise :class:`tvm_ext.errors.KernelCompileError`.
+nvcc failures and a missing CUDA toolkit raise :class:`tvm_ext.errors.KernelCompileError`.
 """
 from __future__ import annotations
 
@@ -12,5 +12,5 @@ class CutlassCodegenError(TvmExtError):
 
 
 class CutlassSetupError(TvmExtError):
-    """The ``nvidia-cutlass`` package (headers, ``cutlass_library``) or nvcc is missing."""
+    """The ``nvidia-cutlass`` package (headers, ``cutlass_library``) or a host tool (ld, g++) is missing."""
 

@@ -1,12 +1,14 @@
 """nvcc for CUTLASS sources: include paths, flags, and an on-disk cache keyed by source hash.
 
+The toolkit and the ``-gencode`` flags come from :mod:`tvm_ext.toolchain`; what is here is
+CUTLASS-specific.
+
 CUTLASS instances take tens of seconds each to compile on a small machine, so every object
 is cached under :func:`cache_dir` (``$TVM_EXT_CUTLASS_CACHE`` or ``~/.cache/tvm_ext/cutlass``)
 with the SHA-256 of (source, flags, nvcc version) as its name. Compiles run in parallel.
 """
 from __future__ import annotations
 
-import functools
 import hashlib
 import logging
 import os
@@ -18,6 +20,8 @@ from pathlib import Path
 from typing import Sequence
 
 from ..errors import KernelCompileError
+from ..toolchain.cuda import nvcc_path, nvcc_version
+from ..toolchain.gencode import gencode_flags
 from .errors import CutlassSetupError
 
 _LOG = logging.getLogger(__name__)
@@ -49,47 +53,10 @@ def include_dirs() -> list[Path]:
             tvm_ffi_include()]
 
 
-@functools.lru_cache(maxsize=None)
-def cuda_home() -> Path:
-    """The CUDA toolkit root.
-
-    ``CUDA_PATH``/``CUDA_HOME`` if set; otherwise the ``TOP`` that ``nvcc -v --dryrun`` reports,
-    which also sees through wrapper scripts named ``nvcc`` on PATH.
-    """
-    for env in ("CUDA_PATH", "CUDA_HOME"):
-        if os.environ.get(env) and (Path(os.environ[env]) / "bin" / "nvcc").exists():
-            return Path(os.environ[env])
-    nvcc = shutil.which("nvcc")
-    if nvcc is None:
-        raise CutlassSetupError("nvcc not found: install the CUDA toolkit or set CUDA_PATH")
-    proc = subprocess.run([nvcc, "-v", "--dryrun", "-x", "cu", "-c", os.devnull, "-o", os.devnull],
-                          capture_output=True, text=True, check=False)
-    for line in (proc.stderr + proc.stdout).splitlines():
-        if line.startswith("#$ TOP="):
-            return Path(os.path.realpath(line.split("=", 1)[1].strip()))
-    return Path(os.path.realpath(nvcc)).parent.parent
-
-
-def nvcc_path() -> str:
-    return str(cuda_home() / "bin" / "nvcc")
-
-
-@functools.lru_cache(maxsize=None)
-def nvcc_version() -> str:
-    out = subprocess.run([nvcc_path(), "--version"], capture_output=True, text=True, check=False)
-    return out.stdout.strip().splitlines()[-1] if out.stdout else "unknown"
-
-
-def arch_flags(arch: str) -> list[str]:
-    """``-gencode`` for ``sm_80`` / ``sm_90a`` style names."""
-    num = arch.replace("sm_", "")
-    return [f"-gencode=arch=compute_{num},code=sm_{num}"]
-
-
 def nvcc_flags(arch: str) -> list[str]:
     """Flags for a CUTLASS translation unit (object file, position independent)."""
     return ["-std=c++17", "-O3", "-DNDEBUG", "-DCUTLASS_ENABLE_TENSOR_CORE_MMA=1", "--expt-relaxed-constexpr",
-            "-Xcompiler=-fPIC", "-Xcompiler=-fvisibility=default", "-w", *arch_flags(arch)]
+            "-Xcompiler=-fPIC", "-Xcompiler=-fvisibility=default", "-w", *gencode_flags(arch)]
 
 
 def cache_dir() -> Path:

@@ -24,6 +24,7 @@ from tqdm import tqdm
 from ..errors import KernelCompileError
 from ..hardware import DeviceSpec
 from ..select.database import Database, Record
+from ..toolchain.cuda import gpu_available
 from .candidates import candidates
 from .codegen import FUSED_KINDS, kernel_for
 from .config import KernelConfig
@@ -181,15 +182,6 @@ def run_program(program: Path, argv: Sequence[str], timeout: float = 60.0) -> fl
         _LOG.info("candidate %s rejected: %s", program.name, proc.stderr.strip()[-300:])
         return math.inf
     return float(json.loads(proc.stdout.strip().splitlines()[-1])["latency_us"])
-
-
-def gpu_available() -> bool:
-    import tvm
-
-    try:
-        return bool(tvm.cuda(0).exist)
-    except (RuntimeError, ValueError):
-        return False
 
 
 def tune(wl: Workload, arch: str, device: DeviceSpec, database: Database, *,

@@ -260,17 +260,6 @@ class InstanceCompiler:
         return self.results
 
 
-def compile_glue_sources(plan: SuitePlan) -> dict[tuple[str, str], str]:
-    """Compile each model's glue (g++); returns the errors by (model, arch)."""
-    errors = {}
-    for key, source in plan.glue.items():
-        try:
-            compile_glue(source)
-        except KernelCompileError as err:
-            errors[key] = str(err)
-    return errors
-
-
 def compile_suite(paths: Iterable[str | os.PathLike[str]], archs: Sequence[str], *, jobs: int = 2,
                   heavy_jobs: int = 1, database: str | None = None,
                   keep: Callable[[SuiteInstance], bool] | None = None) -> tuple[SuitePlan, InstanceCompiler]:

@@ -15,9 +15,10 @@ from pathlib import Path
 from typing import Sequence
 
 from ..errors import KernelCompileError
+from ..toolchain.cuda import cuda_root
 from .emit_gemm import ARGS_HEADER
 from .errors import CutlassSetupError
-from .nvcc import cache_dir, cuda_home, source_key, tvm_ffi_include
+from .nvcc import cache_dir, source_key, tvm_ffi_include
 from .workload import ROLE_A, ROLE_B, ROLE_BIAS, ROLE_RESIDUAL, Conv2dWorkload, GemmWorkload, Offload
 
 _DL_CODES = {"float16": (2, 16), "bfloat16": (4, 16), "float32": (2, 32)}
@@ -155,7 +156,7 @@ def emit_glue(offloads: Sequence[Offload], entries: Sequence[str], split_k: Sequ
 
 def compile_glue(source: str) -> Path:
     """Compile the glue with g++ (cached like the kernels)."""
-    flags = ["-std=c++17", "-O2", "-fPIC", "-c", f"-I{cuda_home() / 'include'}", f"-I{tvm_ffi_include()}"]
+    flags = ["-std=c++17", "-O2", "-fPIC", "-c", f"-I{cuda_root() / 'include'}", f"-I{tvm_ffi_include()}"]
     target = cache_dir() / (source_key(source, flags + ["glue"]) + ".o")
     if target.exists():
         return target

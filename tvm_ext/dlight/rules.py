@@ -18,14 +18,15 @@ from dataclasses import dataclass
 import tvm
 from tvm import s_tir, tirx
 
+from ..errors import TVM_ERRORS
 from ..ir_update import with_functions
 from ..select.attrs import FALLBACK_ATTR, GENERATOR_ATTR, RULE_ATTR
 
 logger = logging.getLogger(__name__)
 
-#: What a failing dlight rule raises: its own assertions, index errors on unexpected loop nests,
-#: and TVM errors (RuntimeError subclasses, ValueError, TypeError from the FFI).
-RULE_ERRORS = (AssertionError, RuntimeError, ValueError, TypeError, IndexError)
+#: What a failing dlight rule raises: TVM's errors, and AssertionError because the rules are
+#: Python code that asserts its preconditions.
+RULE_ERRORS = TVM_ERRORS + (AssertionError,)
 
 
 def default_rules() -> list:

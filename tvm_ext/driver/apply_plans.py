@@ -22,6 +22,7 @@ import tvm
 from tvm import relax, tirx
 
 from ..dlight.rules import is_scheduled
+from ..errors import TVM_ERRORS
 from ..hardware import DeviceSpec
 from ..ir_update import with_functions
 from ..select.attrs import FALLBACK_ATTR, GENERATOR_ATTR, RULE_ATTR
@@ -30,8 +31,6 @@ from ..select.plan import PlanError, plan_of
 from ..tir import PIPELINE_NAME
 
 logger = logging.getLogger(__name__)
-#: What TVM's lowering raises for a kernel it rejects (InternalError is a RuntimeError).
-_LOWERING_ERRORS = (RuntimeError, ValueError, TypeError)
 
 
 def lowering_problem(func: tirx.PrimFunc, name: str, target: tvm.target.Target) -> str | None:
@@ -40,7 +39,7 @@ def lowering_problem(func: tirx.PrimFunc, name: str, target: tvm.target.Target) 
         with target:
             tvm.tirx.build(tvm.IRModule({name: func.with_attr("global_symbol", name)}), target=target,
                            pipeline=PIPELINE_NAME)
-    except _LOWERING_ERRORS as err:
+    except TVM_ERRORS as err:  # the lowering rejects the function
         text = str(err).strip()
         return text.splitlines()[-1][:300] if text else type(err).__name__
     return None

@@ -1,6 +1,6 @@
 """Hardware model: device descriptions, occupancy calculator and TVM target tags.
 
-Planning code reads a :class:`DeviceSpec` loaded from ``configs/devices/<name>.yaml``; it never
+Planning code reads a :class:`DeviceSpec` loaded from ``tvm_ext/hardware/devices/<name>.yaml``; it never
 queries a live GPU.
 """
 from __future__ import annotations
@@ -10,6 +10,7 @@ from .device_spec import (
     DeviceSpec,
     FrozenMap,
     MemoryLevel,
+    PACKAGED_DEVICES_DIR,
     config_dir,
     devices_dir,
     list_devices,
@@ -40,6 +41,7 @@ __all__ = [
     "LIMITER_ORDER",
     "MemoryLevel",
     "Occupancy",
+    "PACKAGED_DEVICES_DIR",
     "PLANNING_FIELDS",
     "TAG_PREFIX",
     "TARGET_KEYS",

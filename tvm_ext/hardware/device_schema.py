@@ -1,4 +1,4 @@
-"""Schema and validation of the device description files ``configs/devices/*.yaml``.
+"""Schema and validation of the device description files ``tvm_ext/hardware/devices/*.yaml``.
 
 A device file is a YAML mapping. :func:`validate_device_config` checks the raw mapping
 (types, required fields, cited sources, cross-field consistency) and returns normalized

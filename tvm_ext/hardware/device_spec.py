@@ -1,8 +1,8 @@
 """Static description of an NVIDIA GPU for planning: :class:`DeviceSpec` and its loader.
 
-Descriptions live in ``<config dir>/devices/<name>.yaml``. The config dir is
-``$TVM_EXT_CONFIG_DIR`` when that variable is set, else the ``configs`` directory beside the
-``tvm_ext`` package (``Path(tvm_ext.__file__).resolve().parent.parent / "configs"``).
+Descriptions are ``<name>.yaml`` files shipped with the package in ``tvm_ext/hardware/devices``
+(package data, so every kind of install has them). ``$TVM_EXT_CONFIG_DIR/devices``, when that
+variable is set and the directory exists, replaces them (see :func:`devices_dir`).
 Planning code reads a ``DeviceSpec``; it never queries a live GPU.
 """
 from __future__ import annotations
@@ -20,6 +20,8 @@ from ..errors import DeviceConfigError, UnknownDeviceError
 from .device_schema import validate_device_config
 
 CONFIG_DIR_ENV = "TVM_EXT_CONFIG_DIR"
+#: The device descriptions shipped with the package.
+PACKAGED_DEVICES_DIR = Path(__file__).resolve().parent / "devices"
 
 #: Common spellings accepted by :meth:`DeviceSpec.peak_flops_for`.
 DTYPE_ALIASES: dict[str, str] = {
@@ -100,7 +102,7 @@ class MemoryLevel:
 
 @dataclass(frozen=True)
 class DeviceSpec:
-    """Everything planning needs to know about one GPU model (see ``configs/devices/*.yaml``).
+    """Everything planning needs to know about one GPU model (see ``tvm_ext/hardware/devices/*.yaml``).
 
     Byte sizes are in bytes, rates per second. ``peak_flops`` maps a TVM dtype string to the
     dense peak (tensor cores where the device has them for that dtype, FP32 accumulate for
@@ -173,7 +175,12 @@ class DeviceSpec:
 
 
 def config_dir() -> Path:
-    """Directory holding ``devices/``: ``$TVM_EXT_CONFIG_DIR`` or ``<repo root>/configs``."""
+    """Directory of optional configuration: ``$TVM_EXT_CONFIG_DIR``, else ``configs`` beside the package.
+
+    It may not exist (an installed wheel has none beside it). Its ``cutlass/database.jsonl`` is
+    the default CUTLASS tuning database; with ``$TVM_EXT_CONFIG_DIR`` set, its ``devices/``
+    replaces the packaged device descriptions (:func:`devices_dir`).
+    """
     env = os.environ.get(CONFIG_DIR_ENV)
     if env:
         return Path(env).expanduser().resolve()
@@ -182,8 +189,16 @@ def config_dir() -> Path:
 
 
 def devices_dir() -> Path:
-    """Directory holding the device description files."""
-    return config_dir() / "devices"
+    """Directory holding the device description files.
+
+    ``$TVM_EXT_CONFIG_DIR/devices`` when the variable is set and that directory exists, else
+    the packaged :data:`PACKAGED_DEVICES_DIR`.
+    """
+    if os.environ.get(CONFIG_DIR_ENV):
+        override = config_dir() / "devices"
+        if override.is_dir():
+            return override
+    return PACKAGED_DEVICES_DIR
 
 
 def _device_files() -> dict[str, Path]:
@@ -195,7 +210,7 @@ def _device_files() -> dict[str, Path]:
 
 
 def list_devices() -> list[str]:
-    """Names of every device described in the config dir, sorted."""
+    """Names of every device described in :func:`devices_dir`, sorted."""
     return sorted(_device_files())
 
 
@@ -234,7 +249,7 @@ def load_device(name_or_path: str | os.PathLike[str] | DeviceSpec) -> DeviceSpec
     Parameters
     ----------
     name_or_path : str, PathLike or DeviceSpec
-        A stem of ``<config dir>/devices/*.yaml`` such as ``"h100"``, or a path to a device
+        A stem of a file in :func:`devices_dir` such as ``"h100"``, or a path to a device
         file (anything ending in ``.yaml``/``.yml`` or containing a path separator). A
         ``DeviceSpec`` is returned unchanged.
 

@@ -1,4 +1,4 @@
-"""TVM targets for the devices in ``configs/devices`` and the way back from a target to a spec.
+"""TVM targets for the described devices and the way back from a target to a spec.
 
 Every device gets a CUDA target tag ``tvm_ext/<name>`` (see :func:`target_config`):
 ``keys`` ``["cuda", "gpu", "tvm_ext"]`` (``"gpu"`` makes ``tvm.compile`` choose the GPU
@@ -41,7 +41,7 @@ from typing import Any, Union
 import tvm
 from tvm.target import Target
 
-from ..errors import UnknownDeviceError
+from ..errors import TVM_ERRORS, UnknownDeviceError
 from .device_spec import DeviceSpec, list_devices, load_device
 
 TAG_PREFIX = "tvm_ext/"
@@ -138,7 +138,7 @@ def _as_target(target: TargetLike) -> Target:
             return make_target(text)
     try:
         return Target(target)
-    except (ValueError, TypeError) as err:  # TVM reports bad targets as ValueError
+    except TVM_ERRORS as err:  # TVM reports bad targets as ValueError
         raise UnknownDeviceError(f"cannot interpret {target!r} as a TVM target: {err}") from err
 
 

@@ -10,14 +10,12 @@ Example
 from __future__ import annotations
 
 from .fallback import DLIGHT_FALLBACK_REASON, FallbackOp, find_fallbacks
-from .kernel_check import NvccResult, compile_cuda_source, find_cuda_root
 from .kernels import (KernelLaunches, cuda_source, device_kernels, extern_calls, global_kernel_names,
                       kernel_launches, kernel_source, library_kernels, primfunc_calls)
 from .report import GroupInfo, Report, group_instances, inspect, report_from_stages
 
 __all__ = [
-    "DLIGHT_FALLBACK_REASON", "FallbackOp", "GroupInfo", "KernelLaunches", "NvccResult", "Report",
-    "compile_cuda_source", "cuda_source", "device_kernels", "extern_calls", "find_cuda_root", "find_fallbacks",
-    "global_kernel_names", "group_instances", "inspect", "kernel_launches", "kernel_source", "library_kernels",
-    "primfunc_calls", "report_from_stages",
+    "DLIGHT_FALLBACK_REASON", "FallbackOp", "GroupInfo", "KernelLaunches", "Report", "cuda_source",
+    "device_kernels", "extern_calls", "find_fallbacks", "global_kernel_names", "group_instances", "inspect",
+    "kernel_launches", "kernel_source", "library_kernels", "primfunc_calls", "report_from_stages",
 ]

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import tvm
 
-from .kernel_check import NvccResult, compile_cuda_source, nvcc_available
+from ..toolchain import NvccResult, compile_cuda_source, gpu_available, nvcc_available
 from .render import human_seconds
 from .report import Report, inspect
 
@@ -84,14 +84,6 @@ class DemoResult:
             "cpu_latency_s_measured": self.cpu_latency_s,
             "ok": self.ok,
         }
-
-
-def gpu_available() -> bool:
-    """Whether a CUDA GPU can run kernels in this process."""
-    try:
-        return bool(tvm.cuda(0).exist)
-    except (RuntimeError, ValueError):  # no CUDA runtime in this build / no driver
-        return False
 
 
 def measure_latency(executable: tvm.runtime.Executable, inputs: Mapping[str, np.ndarray], dev: tvm.runtime.Device,

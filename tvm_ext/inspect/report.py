@@ -301,7 +301,7 @@ def inspect(model_or_mod: Any, target: str | Mapping | tvm.target.Target = "tvm_
     target : str, dict or Target
         A GPU target, e.g. ``"tvm_ext/h100"``.
     preset : str or Preset
-        Preset name (``tvm-ext presets``) or a :class:`tvm_ext.pipeline.Preset` object
+        Preset name (``tvm-ext presets``) or a :class:`tvm_ext.driver.Preset` object
         (which need not be registered).
     shapes : mapping, optional
         Bindings of free input dimensions, e.g. ``{"input_ids": (1, 128)}``.

@@ -15,7 +15,7 @@
 from __future__ import annotations
 
 from .attrs import (FALLBACK_ATTR, GENERATOR_ATTR, LIBRARY_KERNELS_ATTR, PLAN_ATTR, RULE_ATTR, SELECTION_ATTR,
-                    func_attr)
+                    func_attr, planned_by)
 from .candidate import Candidate, CodePath, LaunchShape, boundary_bytes, dominant_dtype
 from .context import SelectionContext, fuse_nodes, subgraph_module
 from .cost import COST_SOURCES, CostEstimate, CostModel
@@ -38,6 +38,6 @@ __all__ = [
     "RecordOrigin", "SELECTION_ATTR", "ScheduleRefused", "ScheduledKernel", "SelectKernels", "Selection",
     "SelectionContext", "Selector", "TirGenerator", "boundary_bytes", "call_bindings", "compute_groups",
     "dominant_dtype", "emit_groups", "emit_selection", "func_attr", "fuse_nodes", "generator_of", "get_generator",
-    "launch_regions", "launch_shape", "list_generators", "origin_functions", "plan_from_text", "plan_of",
+    "launch_regions", "launch_shape", "list_generators", "origin_functions", "plan_from_text", "plan_of", "planned_by",
     "plan_to_text", "register_generator", "subgraph_module", "unregister_generator", "with_plan",
 ]

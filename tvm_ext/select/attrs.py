@@ -39,5 +39,23 @@ def func_attr(func, key: str) -> str | None:
     return str(func.attrs[key])
 
 
+def planned_by(mod, generator: str) -> dict[str, str]:
+    """PrimFunc -> what became of each kernel ``generator`` planned in a scheduled module: its
+    schedule rule (``"stitched+grid_sync"``), or ``"fallback: <reason>"`` when the plan was refused
+    or did not lower and dlight scheduled the function instead."""
+    import json
+
+    from tvm import tirx
+
+    out: dict[str, str] = {}
+    for gv, func in mod.functions_items():
+        text = func_attr(func, PLAN_ATTR) if isinstance(func, tirx.PrimFunc) else None
+        if text is None or json.loads(text).get("generator") != generator:
+            continue
+        reason = func_attr(func, FALLBACK_ATTR)
+        out[gv.name_hint] = f"fallback: {reason}" if reason is not None else (func_attr(func, RULE_ATTR) or "none")
+    return out
+
+
 __all__ = ["FALLBACK_ATTR", "GENERATOR_ATTR", "LIBRARY_KERNELS_ATTR", "PLAN_ATTR", "RULE_ATTR", "SELECTION_ATTR",
-           "func_attr"]
+           "func_attr", "planned_by"]

@@ -161,12 +161,5 @@ def flat_mapping(elements: int, spec: DeviceSpec, *, threads_x: int, rows_per_bl
     return ThreadMapping("flat", elements, 1, threads_x, rows_per_block, 1, grid, tasks, wave)
 
 
-def refit(mapping: ThreadMapping, grid: int) -> ThreadMapping:
-    """The same mapping on a grid of ``grid`` blocks (tasks per block recomputed)."""
-    tasks = _ceil_div(mapping.row_groups, grid)
-    return ThreadMapping(mapping.kind, mapping.rows, mapping.row_length, mapping.threads_x,
-                         mapping.rows_per_block, mapping.split, grid, tasks, mapping.blocks_per_wave)
-
-
 __all__ = ["DEFAULT_BLOCK_THREADS", "SPLIT_ROW_LENGTH", "ThreadMapping", "blocks_per_wave", "flat_mapping",
-           "refit", "row_mapping"]
+           "row_mapping"]

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 import tvm
 from tvm import tirx
 
-from ..errors import TvmExtError
+from ..errors import TVM_ERRORS, TvmExtError
 from ..hardware import DeviceSpec
 from ..analysis import element_bytes
 from .dominance import Dominance, find_dominants
@@ -37,8 +37,6 @@ from .mapping import DEFAULT_BLOCK_THREADS, ThreadMapping, row_mapping
 from .ops import StitchGraph, StitchOp, StitchOpError
 
 logger = logging.getLogger(__name__)
-#: What TVM's schedule primitives and IR checks raise (ScheduleError and InternalError are RuntimeErrors).
-_TVM_ERRORS = (RuntimeError, ValueError, TypeError)
 
 _MAX_REPLANS = 16
 
@@ -158,7 +156,7 @@ def inline_locals(func: tirx.PrimFunc, local: tuple[str, ...]) -> tuple[tvm.s_ti
     for name in local:
         try:
             sch.compute_inline(sch.get_sblock(name))
-        except _TVM_ERRORS:
+        except TVM_ERRORS:
             failed.append(name)
     return sch, failed
 

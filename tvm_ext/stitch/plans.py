@@ -24,9 +24,9 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-import tvm
 from tvm import tirx
 
+from ..errors import TVM_ERRORS
 from .dominance import Dominance
 from .launch import LaunchConfig
 from .mapping import ThreadMapping
@@ -156,7 +156,7 @@ def realize(func: tirx.PrimFunc, plan: StitchPlan) -> StitchPlan:
         for name, factor in plan.split.items():
             try:
                 apply_split(sch, before.op(name), factor)
-            except (KeyError, RuntimeError, ValueError, TypeError) as err:  # TVM schedule errors are RuntimeErrors
+            except TVM_ERRORS as err:
                 raise StitchPlanError(f"the plan's split of '{name}' does not apply: {err}") from None
     inlined = sch.mod["main"]
     return dataclasses.replace(plan, inlined_func=inlined, graph=StitchGraph.from_prim_func(inlined))

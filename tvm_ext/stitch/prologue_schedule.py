@@ -30,11 +30,12 @@ import tvm_ffi
 from tvm import tirx
 
 from ..analysis import element_bytes
+from ..errors import TVM_ERRORS
 from ..graph import sblocks
 from ..hardware import DeviceSpec
 from ..graph import is_contraction
 from .prologue import MAX_COLUMNS, SHARED_BUDGET
-from .schedule import _TVM_ERRORS, StitchScheduleError, zero_unit_bindings
+from .schedule import StitchScheduleError, zero_unit_bindings
 
 #: Rows per block the builder tries, largest first.
 ROW_TILES = (32, 16, 8, 4)
@@ -218,7 +219,7 @@ def build_prologue_schedule(func: tirx.PrimFunc, tiles: PrologueTiles) -> tirx.P
             sch.set_scope(block, 0, "local" if _is_reduction(sch.get(block)) else "shared")
             sch.compute_at(block, row_outer)
             _bind_rows_and_lanes(sch, _loops_below(sch, block, row_outer), tiles)
-    except _TVM_ERRORS as err:
+    except TVM_ERRORS as err:
         raise StitchScheduleError(f"schedule failed: {str(err).strip().splitlines()[0][:300]}") from None
     return zero_unit_bindings(sch.mod["main"]).with_attr("tirx.is_scheduled", True)
 

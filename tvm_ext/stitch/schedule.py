@@ -28,14 +28,12 @@ import tvm
 import tvm_ffi
 from tvm import tirx
 
-from ..errors import TvmExtError
+from ..errors import TVM_ERRORS, TvmExtError
 from ..tir import MIN_BLOCKS_ATTR, insert_grid_sync
 from .locality import row_split
 from .ops import StitchGraph
 from .planner import Stage, StitchPlan
 
-#: What TVM's schedule primitives and IR checks raise (ScheduleError and InternalError are RuntimeErrors).
-_TVM_ERRORS = (RuntimeError, ValueError, TypeError)
 
 
 class StitchScheduleError(TvmExtError):
@@ -193,7 +191,7 @@ def build_schedule(plan: StitchPlan) -> tirx.PrimFunc:
                 grid_loops.append(_schedule_flat_stage(sch, stage, plan))
         bx = sch.merge(*grid_loops) if len(grid_loops) > 1 else grid_loops[0]
         sch.bind(bx, "blockIdx.x")
-    except _TVM_ERRORS as err:
+    except TVM_ERRORS as err:
         raise StitchScheduleError(f"schedule failed: {str(err).splitlines()[0][:300]}") from None
     func = zero_unit_bindings(sch.mod["main"])
     func, barriers = insert_grid_sync(func)

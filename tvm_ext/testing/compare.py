@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import NumericsMismatchError
+from .tolerance import tolerance_for
 
 _REL_FLOOR_MIN = 1e-30
 
@@ -159,17 +160,21 @@ def mismatch_message(errors: Sequence[OutputError], rtol: float, atol: float, he
 
 
 def assert_close(actual: Sequence[Any] | np.ndarray, expected: Sequence[Any] | np.ndarray, *,
-                 rtol: float = 1e-4, atol: float = 1e-5, names: Sequence[str] | None = None,
+                 rtol: float | None = None, atol: float | None = None, names: Sequence[str] | None = None,
                  check_dtype: bool = False) -> list[OutputError]:
     """Like :func:`compare_outputs`, raising if any output fails.
 
-    A single array on both sides is treated as one output.
+    A single array on both sides is treated as one output. ``rtol``/``atol`` default to the
+    float32 tolerance of :func:`~tvm_ext.testing.tolerance.tolerance_for`.
 
     Raises
     ------
     NumericsMismatchError
         Listing every failing output with its errors.
     """
+    default_rtol, default_atol = tolerance_for("float32")
+    rtol = default_rtol if rtol is None else rtol
+    atol = default_atol if atol is None else atol
     if isinstance(actual, np.ndarray) and isinstance(expected, np.ndarray):
         actual, expected = [actual], [expected]
     errors = compare_outputs(actual, expected, rtol=rtol, atol=atol, names=names, check_dtype=check_dtype)

@@ -1,35 +1,51 @@
-"""A process pool that survives crashing and hanging tasks.
+"""A process pool that survives crashing and hanging tasks: TVM's ``PopenPoolExecutor`` plus crash reasons.
 
 ``multiprocessing.Pool`` breaks when a worker segfaults (TVM code generation can abort the
-process) and cannot stop one task that hangs. :class:`IsolatedPool` runs each task in a
-long-lived worker process, kills the worker when its task passes the time limit, replaces
-workers that die, and reports such tasks as ``"timeout"`` or ``"crash"`` with the last
-lines the worker wrote to stderr (Python tracebacks, ``faulthandler`` dumps, TVM's own
-fatal messages). Workers are started with ``spawn`` so they never inherit a forked TVM
-thread pool.
+process) and cannot stop a task that hangs. TVM's :class:`tvm.support.popen_pool.PopenPoolExecutor`
+does both: each task runs in a fresh-interpreter worker (``python -m tvm.exec.popen_worker``,
+never a fork of a process with TVM's thread pool), a task past ``timeout`` is cut off and its
+worker killed, and a worker that dies is reported (``ChildProcessError``) and replaced.
+
+What it lacks, and the reasons for :class:`IsolatedPool`:
+
+* *why* a worker died: the executor's workers share one stderr, so a crash comes back as
+  "Subprocess terminated" with nothing to tell a segfault in one op's codegen from an abort
+  in another's. Here every task writes its stdout/stderr to a log of its own (with
+  ``faulthandler`` on), and a crash is reported with the last lines of that log
+  (``Fatal Python error: Segmentation fault``, TVM's fatal message, a traceback);
+* the parent's ``sys.path``: a worker is a new ``python -m`` process, so a module the parent
+  found on a path added at run time (pytest's rootdir, a script's ``sys.path.insert``) would
+  not import there, or another installed copy of ``tvm_ext`` would (``import tvm`` in the
+  worker loads the installed one through the ``tvm.backends`` entry point, before any task or
+  initializer runs). The executor cannot set a worker's environment, so while the pool is
+  open ``PYTHONPATH`` in ``os.environ`` starts with the parent's ``sys.path`` (restored by
+  :meth:`IsolatedPool.close`): workers see the modules the parent sees, as with
+  ``multiprocessing``'s spawn.
+
+Limits inherited from the executor: the timeout is measured inside the worker (a timer
+thread), so it needs the hung code to release the GIL (a Python timer thread keeps running
+through a long ``tvm.compile``, so TVM's calls do); and a
+worker's exit code is not reported (a worker killed without a word, e.g. by the OOM killer,
+shows as "no output").
 """
 from __future__ import annotations
 
 import faulthandler
-import logging
-import multiprocessing as mp
+import functools
 import os
+import sys
 import tempfile
 import time
-from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from typing import Any
 
-from ..errors import TvmExtError
+from tvm.support.popen_pool import PopenPoolExecutor, StatusKind
 
-logger = logging.getLogger(__name__)
-
+#: How much of a task's log is read: its start (a fatal error's first line) and its end.
+_HEAD_BYTES = 65536
 _TAIL_BYTES = 4000
-_READY = "__ready__"
-_START_TIMEOUT = 300.0
 
 
 @dataclass
@@ -39,77 +55,55 @@ class TaskOutcome:
     index: int
     task: Any
     value: Any = None
-    failure: str | None = None  # "timeout" or "crash"
+    failure: str | None = None  # "timeout" or "crash" (the worker died, or the task raised)
     message: str = ""
     seconds: float = 0.0
 
 
-def _worker_main(conn: Connection, fn: Callable[[Any], Any], log_path: str) -> None:
-    """Worker loop: stdout/stderr go to ``log_path``, truncated before every task."""
+def _run_logged(fn: Callable[[Any], Any], job: tuple[Any, str]) -> tuple[Any, float]:
+    """Worker side: ``fn(task)`` with stdout/stderr sent to the job's log; returns the value and its seconds.
+
+    The start time goes to ``<log>.start`` so that a crash can be timed too.
+    """
+    task, log_path = job
+    Path(log_path + ".start").write_text(repr(time.time()))
     fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    sys.stdout.flush()
+    sys.stderr.flush()
     os.dup2(fd, 1)
     os.dup2(fd, 2)
+    os.close(fd)
     faulthandler.enable()
-    conn.send(_READY)
-    while True:
-        task = conn.recv()
-        if task is None:
-            return
-        os.ftruncate(2, 0)
-        os.lseek(2, 0, os.SEEK_SET)
-        conn.send(fn(task))
+    start = time.perf_counter()
+    value = fn(task)
+    return value, time.perf_counter() - start
 
 
-class _Worker:
-    def __init__(self, ctx: Any, fn: Callable[[Any], Any], log_dir: Path, number: int):
-        self.log_path = log_dir / f"worker_{number}.log"
-        self.conn, child = ctx.Pipe()
-        self.process = ctx.Process(target=_worker_main, args=(child, fn, str(self.log_path)), daemon=True)
-        self.process.start()
-        child.close()
-        self.current: tuple[int, Any] | None = None
-        self.started = 0.0
-        self.ready = False
+def _read_log(path: Path) -> str:
+    """The start and the end of a task's log (the whole log when it is short)."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read(_HEAD_BYTES)
+            size = f.seek(0, os.SEEK_END)
+            if size > len(data):
+                f.seek(max(len(data), size - _TAIL_BYTES))
+                data += b"\n" + f.read()
+    except FileNotFoundError:
+        return ""
+    return data.decode("utf-8", "replace").strip()
 
-    def wait_ready(self) -> None:
-        """Block until the worker has started (imports done), so start-up is not task time."""
-        if not self.conn.poll(_START_TIMEOUT):
-            raise TvmExtError(f"worker process did not start within {_START_TIMEOUT:g} s")
-        try:
-            message = self.conn.recv()
-        except EOFError:
-            raise TvmExtError(f"worker process failed to start: {self.log_tail()[-500:]}") from None
-        if message != _READY:
-            raise TvmExtError(f"worker process sent {message!r} instead of its ready signal")
-        self.ready = True
 
-    def submit(self, index: int, task: Any) -> None:
-        self.current = (index, task)
-        self.started = time.monotonic()
-        self.conn.send(task)
+def _seconds_since_start(log: Path) -> float:
+    try:
+        return max(0.0, time.time() - float(Path(str(log) + ".start").read_text()))
+    except (FileNotFoundError, ValueError):  # the worker died before the task started
+        return 0.0
 
-    def log_tail(self) -> str:
-        try:
-            with open(self.log_path, "rb") as f:
-                f.seek(0, os.SEEK_END)
-                f.seek(max(0, f.tell() - _TAIL_BYTES))
-                return f.read().decode("utf-8", "replace").strip()
-        except FileNotFoundError:
-            return ""
 
-    def stop(self, kill: bool = False) -> None:
-        if kill:
-            self.process.kill()
-        elif self.process.is_alive():
-            try:
-                self.conn.send(None)
-            except (BrokenPipeError, OSError):
-                self.process.kill()
-        self.process.join(timeout=10)
-        if self.process.is_alive():
-            self.process.kill()
-            self.process.join()
-        self.conn.close()
+def _last_words(tail: str) -> str:
+    lines = [ln.strip() for ln in tail.splitlines() if ln.strip()]
+    fatal = [ln for ln in lines if ln.startswith("Fatal Python error")]
+    return fatal[0] if fatal else (lines[-1] if lines else "no output")
 
 
 class IsolatedPool:
@@ -118,25 +112,21 @@ class IsolatedPool:
     Parameters
     ----------
     fn : callable
-        A picklable (module-level) function; its return value must be picklable.
+        A module-level function (workers import it by name); its return value must be picklable.
     jobs : int
         Number of worker processes (>= 1).
     timeout : float, optional
-        Seconds one task may take before its worker is killed.
+        Seconds one task may take before it is cut off and its worker killed.
     """
 
     def __init__(self, fn: Callable[[Any], Any], jobs: int = 1, timeout: float | None = None):
         if jobs < 1:
             raise ValueError(f"jobs must be >= 1, got {jobs}")
         self.fn, self.jobs, self.timeout = fn, jobs, timeout
-        self._ctx = mp.get_context("spawn")
         self._tmp = tempfile.TemporaryDirectory(prefix="tvm_ext_pool_")
-        self._spawned = 0
-        self._workers: list[_Worker] = []
-
-    def _spawn(self) -> _Worker:
-        self._spawned += 1
-        return _Worker(self._ctx, self.fn, Path(self._tmp.name), self._spawned)
+        self._saved_pythonpath = os.environ.get("PYTHONPATH")
+        os.environ["PYTHONPATH"] = os.pathsep.join([p for p in sys.path if p] + [self._saved_pythonpath or ""])
+        self._executor = PopenPoolExecutor(max_workers=jobs, timeout=timeout)
 
     def __enter__(self) -> IsolatedPool:
         return self
@@ -145,74 +135,35 @@ class IsolatedPool:
         self.close()
 
     def close(self) -> None:
-        """Stop all workers and remove their logs."""
-        for w in self._workers:
-            w.stop(kill=w.current is not None)
-        self._workers.clear()
+        """Stop all workers, remove their logs and restore ``PYTHONPATH``."""
+        self._executor.shutdown(wait=True)
         self._tmp.cleanup()
+        if self._saved_pythonpath is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = self._saved_pythonpath
 
-    def _retire(self, worker: _Worker) -> None:
-        """Kill a crashed or hung worker; a new one starts only if tasks remain."""
-        worker.stop(kill=True)
-        self._workers.remove(worker)
+    def map(self, tasks: Iterable[Any]) -> Iterator[TaskOutcome]:
+        """Yield one :class:`TaskOutcome` per task, in task order."""
+        tasks = list(tasks)
+        logs = [Path(self._tmp.name) / f"task_{i}.log" for i in range(len(tasks))]
+        calls = self._executor.map_with_error_catching(functools.partial(_run_logged, self.fn),
+                                                       [(t, str(log)) for t, log in zip(tasks, logs)])
+        for index, (task, log, result) in enumerate(zip(tasks, logs, calls)):
+            yield self._outcome(index, task, log, result)
+            for path in (log, Path(str(log) + ".start")):
+                path.unlink(missing_ok=True)
 
-    def imap_unordered(self, tasks: Iterable[Any]) -> Iterator[TaskOutcome]:
-        """Yield one :class:`TaskOutcome` per task, in completion order."""
-        pending = deque(enumerate(tasks))
-        while pending or any(w.current for w in self._workers):
-            busy_count = sum(w.current is not None for w in self._workers)
-            while len(self._workers) < min(self.jobs, len(pending) + busy_count):
-                self._workers.append(self._spawn())  # start them all, then wait
-            for w in self._workers:
-                if not w.ready:
-                    w.wait_ready()
-            for w in self._workers:
-                if w.current is None and pending:
-                    w.submit(*pending.popleft())
-            busy = [w for w in self._workers if w.current is not None]
-            wait([w.conn for w in busy] + [w.process.sentinel for w in busy], timeout=self._wait_time(busy))
-            for w in busy:
-                outcome = self._collect(w)
-                if outcome is not None:
-                    yield outcome
-
-    def _wait_time(self, busy: list[_Worker]) -> float | None:
-        if self.timeout is None:
-            return None
-        now = time.monotonic()
-        return max(0.0, min(w.started + self.timeout - now for w in busy)) + 0.01
-
-    def _collect(self, w: _Worker) -> TaskOutcome | None:
-        index, task = w.current
-        elapsed = time.monotonic() - w.started
-        if w.conn.poll():
-            try:
-                value = w.conn.recv()
-            except EOFError:  # the worker died before answering
-                return self._crashed(w, elapsed)
-            w.current = None
-            return TaskOutcome(index, task, value=value, seconds=elapsed)
-        if not w.process.is_alive():
-            return self._crashed(w, elapsed)
-        if self.timeout is not None and elapsed > self.timeout:
-            w.current = None
-            self._retire(w)
-            return TaskOutcome(index, task, failure="timeout", seconds=elapsed,
+    def _outcome(self, index: int, task: Any, log: Path, result: Any) -> TaskOutcome:
+        if result.status == StatusKind.COMPLETE:
+            value, seconds = result.value
+            return TaskOutcome(index, task, value=value, seconds=seconds)
+        seconds = _seconds_since_start(log)
+        if result.status == StatusKind.TIMEOUT:
+            return TaskOutcome(index, task, failure="timeout", seconds=seconds,
                                message=f"no result after {self.timeout:g} s; worker killed")
-        return None
-
-    def _crashed(self, w: _Worker, elapsed: float) -> TaskOutcome:
-        index, task = w.current
-        w.process.join(timeout=5)
-        code, tail = w.process.exitcode, w.log_tail()
-        w.current = None
-        self._retire(w)
-        logger.debug("worker died (exit code %s) on task %r", code, task)
-        return TaskOutcome(index, task, failure="crash", seconds=elapsed, message=_crash_message(code, tail))
-
-
-def _crash_message(exit_code: int | None, tail: str) -> str:
-    lines = [ln.strip() for ln in tail.splitlines() if ln.strip()]
-    fatal = [ln for ln in lines if ln.startswith("Fatal Python error")]
-    last = fatal[0] if fatal else (lines[-1] if lines else "no output")
-    return f"worker exited with code {exit_code}: {last}"
+        if isinstance(result.value, ChildProcessError):  # the worker died
+            message = f"worker died: {_last_words(_read_log(log))}"
+        else:  # the task raised; the executor sends back its traceback as the message
+            message = _last_words(str(result.value))
+        return TaskOutcome(index, task, failure="crash", seconds=seconds, message=message)

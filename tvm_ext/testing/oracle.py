@@ -4,19 +4,7 @@ with onnxruntime.
 After fusion (and, later, selection) and before GPU scheduling, a preset's module is
 target independent, so building it for the CPU checks the graph-level work of every
 technique without a GPU (DESIGN.md, "How correctness is checked without a GPU", step 1).
-
-Default tolerances
-------------------
-* fp32: ``rtol=1e-4, atol=1e-5``. Our kernels and onnxruntime's differ only in summation
-  order and in vectorized transcendental approximations; a few ulps (1.2e-7 each) per op,
-  amplified by reductions of a few hundred terms, stays well below 1e-4 relative.
-* fp16: ``rtol=2e-2, atol=2e-2`` against the **fp32** reference. fp16's unit roundoff is
-  2^-11 = 4.9e-4 and every op, weight and activation is rounded to it: weight rounding
-  alone perturbs a K-term dot product of standard-normal data by about
-  ``sqrt(K) * 4.9e-4 * |terms|`` (~1e-2 absolute at K=256), and each further op adds
-  its own rounding, so 2e-2 (~40 ulps) separates rounding from real bugs (a wrong axis or a
-  dropped epilogue gives errors of order 1). The absolute part covers outputs near zero,
-  where cancellation makes relative error meaningless.
+The default tolerances, and why, are in :mod:`tvm_ext.testing.tolerance`.
 """
 from __future__ import annotations
 
@@ -35,15 +23,12 @@ from tvm import relax
 from ..errors import NumericsMismatchError, TvmExtError
 from ..driver import DEFAULT_PRESET, build, get_preset
 from .compare import OutputError, assert_close, compare_outputs, mismatch_message
+from .tolerance import tolerance_for
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["CheckResult", "CpuVM", "assert_close", "assert_model_close", "build_cpu", "check_model",
+__all__ = ["CheckResult", "CpuVM", "assert_close", "build_cpu", "check_model",
            "compare_outputs", "cpu_target", "onnxruntime_outputs", "run_cpu"]
-
-FP32_TOLERANCE = (1e-4, 1e-5)
-FP16_TOLERANCE = (2e-2, 2e-2)
-
 
 def cpu_target() -> tvm.target.Target:
     """The target the oracle builds for."""
@@ -272,7 +257,7 @@ def check_model(model: str | onnx.ModelProto, preset: str = DEFAULT_PRESET, *,
     seed : int
         Seed of the random inputs (:func:`tvm_ext.frontend.random_inputs`).
     rtol, atol : float, optional
-        Override the defaults (:data:`FP32_TOLERANCE` / :data:`FP16_TOLERANCE`).
+        Override the defaults (:func:`~tvm_ext.testing.tolerance.tolerance_for` of float16 or float32).
 
     Returns
     -------
@@ -282,7 +267,7 @@ def check_model(model: str | onnx.ModelProto, preset: str = DEFAULT_PRESET, *,
     from ..frontend import from_onnx, load_onnx, random_inputs
 
     get_preset(preset)
-    default_rtol, default_atol = FP16_TOLERANCE if fp16 else FP32_TOLERANCE
+    default_rtol, default_atol = tolerance_for("float16" if fp16 else "float32")
     rtol = default_rtol if rtol is None else rtol
     atol = default_atol if atol is None else atol
 
@@ -300,8 +285,3 @@ def check_model(model: str | onnx.ModelProto, preset: str = DEFAULT_PRESET, *,
         max_rel_err=max((e.max_rel_err for e in finite), default=0.0),
         outputs=errors, fp16=fp16, seed=seed,
         max_tol_ratio=max((e.tol_ratio for e in finite), default=0.0))
-
-
-def assert_model_close(model: str | onnx.ModelProto, preset: str = DEFAULT_PRESET, **kwargs: Any) -> CheckResult:
-    """:func:`check_model` that raises :class:`NumericsMismatchError` on a mismatch."""
-    return check_model(model, preset, **kwargs).raise_on_mismatch()

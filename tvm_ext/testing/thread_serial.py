@@ -28,6 +28,7 @@ from tvm import relax, tirx
 
 from ..errors import TvmExtError
 from ..tir import has_grid_sync, is_block_binding
+from .tolerance import tolerance_for
 
 
 def _is_grid_sync(stmt) -> bool:
@@ -176,14 +177,14 @@ def compare_scheduled(reference: tirx.PrimFunc, scheduled: tirx.PrimFunc, *, inp
         How many leading parameters are inputs (:func:`call_inputs` reads it from the module);
         default all but the reference's last.
     rtol, atol : float, optional
-        Default: the oracle's fp32 tolerance, or its fp16 one when an output is fp16.
+        Default: :func:`~tvm_ext.testing.tolerance.tolerance_for` of the outputs' dtype (the
+        half-precision one when any output is float16 or bfloat16).
     """
-    from .oracle import FP16_TOLERANCE, FP32_TOLERANCE
-
     n_ref = len(reference.params)
     n_in = n_ref - 1 if inputs is None else inputs
-    half = any(str(p.ty.dtype) in ("float16", "bfloat16") for p in list(reference.params)[n_in:])
-    default_rtol, default_atol = FP16_TOLERANCE if half else FP32_TOLERANCE
+    dtypes = [str(p.ty.dtype) for p in list(reference.params)[n_in:]]
+    compared = next((d for d in dtypes if d in ("float16", "bfloat16")), "float32")
+    default_rtol, default_atol = tolerance_for(compared)
     rtol = default_rtol if rtol is None else rtol
     atol = default_atol if atol is None else atol
     rng = np.random.default_rng(seed)

@@ -11,9 +11,10 @@ load it). So the build runs in a worker process that:
   ``libtvm_runtime_cuda.so`` imports and makes each return ``CUDA_ERROR_NO_DEVICE``; none
   is called while compiling), so TVM's real CUDA module factory loads; and
 * registers its own ``tvm_callback_cuda_compile`` (:func:`install_nvcc_callback`), which the
-  factory calls with the source: nvcc compiles it to a fatbin with SASS for the target's
-  arch plus PTX for newer GPUs (TVM's own callback needs NVRTC from ``cuda-bindings``, or
-  nvcc through ``TVM_CUDA_COMPILE_MODE=nvcc`` with SASS only).
+  factory calls with the source: nvcc compiles it to a fatbin with the flags of
+  :func:`~tvm_ext.toolchain.gencode.gencode_flags` (SASS for the target's arch plus PTX for
+  newer GPUs; TVM's own callback needs NVRTC from ``cuda-bindings``, or nvcc through
+  ``TVM_CUDA_COMPILE_MODE=nvcc`` with SASS only).
 
 The exported library then carries the binary; :func:`library_device_code` reads back which
 format it holds, so a build that still embeds source is caught here, not on the GPU machine.
@@ -30,13 +31,13 @@ import subprocess
 import time
 from pathlib import Path
 
-from ..errors import BenchError
+from ..errors import KernelCompileError
+from .gencode import gencode_flags
 
 #: ``CUDA_ERROR_NO_DEVICE``: what every stand-in driver function returns.
 _NO_DEVICE = 100
 #: Serialized CUDA modules: kind "cuda" (u64-length-prefixed), blob length, then the format string.
 _CUDA_RECORD = re.compile(rb"\x04\x00\x00\x00\x00\x00\x00\x00cuda(.{8})(.{8})", re.DOTALL)
-SOURCE_FORMATS = ("cuda", "cu")
 BINARY_FORMATS = ("cubin", "fatbin", "ptx")
 #: Seconds spent in nvcc by :func:`install_nvcc_callback`'s callback (read and reset by the builder).
 NVCC_SECONDS: list[float] = []
@@ -57,10 +58,10 @@ def cuda_runtime_library() -> Path:
 
     spec = importlib.util.find_spec("tvm")
     if spec is None or not spec.submodule_search_locations:
-        raise BenchError("tvm is not installed")
+        raise KernelCompileError("tvm is not installed")
     path = Path(list(spec.submodule_search_locations)[0]) / "lib" / "libtvm_runtime_cuda.so"
     if not path.is_file():
-        raise BenchError(f"this TVM has no CUDA runtime ({path} missing)")
+        raise KernelCompileError(f"this TVM has no CUDA runtime ({path} missing)")
     return path
 
 
@@ -68,10 +69,10 @@ def driver_symbols(library: Path) -> list[str]:
     """The ``cu*`` driver functions ``library`` imports (``nm -D --undefined-only``)."""
     nm = shutil.which("nm")
     if nm is None:
-        raise BenchError("`nm` (binutils) is needed to list the driver functions TVM's CUDA runtime imports")
+        raise KernelCompileError("`nm` (binutils) is needed to list the driver functions TVM's CUDA runtime imports")
     out = subprocess.run([nm, "-D", "--undefined-only", str(library)], capture_output=True, text=True, check=False)
     if out.returncode != 0:
-        raise BenchError(f"nm failed on {library}: {out.stderr.strip()}")
+        raise KernelCompileError(f"nm failed on {library}: {out.stderr.strip()}")
     names = sorted({line.split()[-1].split("@")[0] for line in out.stdout.splitlines() if line.split()})
     return [n for n in names if re.fullmatch(r"cu[A-Z]\w*", n)]
 
@@ -81,7 +82,7 @@ def build_libcuda_stub(directory: str | Path, library: Path | None = None) -> Pa
 
     Raises
     ------
-    BenchError
+    KernelCompileError
         No C compiler, or it fails.
     """
     symbols = driver_symbols(library or cuda_runtime_library())
@@ -93,22 +94,13 @@ def build_libcuda_stub(directory: str | Path, library: Path | None = None) -> Pa
     source.write_text("\n".join(lines) + "\n")
     cc = shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc")
     if cc is None:
-        raise BenchError("a C compiler (cc or gcc) is needed to build the stand-in libcuda.so.1")
+        raise KernelCompileError("a C compiler (cc or gcc) is needed to build the stand-in libcuda.so.1")
     target = directory / "libcuda.so.1"
     out = subprocess.run([cc, "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o", str(target), str(source)],
                          capture_output=True, text=True, check=False)
     if out.returncode != 0:
-        raise BenchError(f"building the stand-in libcuda.so.1 failed: {out.stderr.strip()[:500]}")
+        raise KernelCompileError(f"building the stand-in libcuda.so.1 failed: {out.stderr.strip()[:500]}")
     return target
-
-
-def gencode_for(arch: str) -> list[str]:
-    """nvcc flags for SASS of ``arch`` (``sm_90``, ``sm_90a``) plus its PTX."""
-    match = re.fullmatch(r"sm_(\d+[af]?)", arch)
-    if match is None:
-        raise BenchError(f"cannot compile for CUDA arch {arch!r}")
-    num = match.group(1)
-    return ["-gencode", f"arch=compute_{num},code=[sm_{num},compute_{num}]"]
 
 
 def install_nvcc_callback() -> None:
@@ -125,9 +117,9 @@ def install_nvcc_callback() -> None:
         target = tvm.target.Target.current(allow_none=True)
         arch = None if target is None else target.attrs.get("arch")
         if arch is None:
-            raise BenchError("CUDA compile without a target arch: build inside `with target:`")
+            raise KernelCompileError("CUDA compile without a target arch: build inside `with target:`")
         start = time.perf_counter()
-        binary = nvcc.compile_cuda(code, target_format="fatbin", arch=gencode_for(str(arch)), compiler="nvcc")
+        binary = nvcc.compile_cuda(code, target_format="fatbin", arch=gencode_flags(str(arch)), compiler="nvcc")
         NVCC_SECONDS.append(time.perf_counter() - start)
         return binary
 
@@ -151,17 +143,17 @@ def check_device_code(path: str | Path) -> str:
 
     Raises
     ------
-    BenchError
+    KernelCompileError
         The library embeds CUDA source (the GPU machine would need a compiler) or no CUDA module.
     """
     fmt = library_device_code(path)
     if fmt is None:
-        raise BenchError(f"{path}: no CUDA module found in the exported library")
+        raise KernelCompileError(f"{path}: no CUDA module found in the exported library")
     if fmt not in BINARY_FORMATS:
-        raise BenchError(f"{path}: the library embeds CUDA {fmt!r} (source), not compiled device code")
+        raise KernelCompileError(f"{path}: the library embeds CUDA {fmt!r} (source), not compiled device code")
     return fmt
 
 
-__all__ = ["needs_libcuda_stub", "cuda_runtime_library", "driver_symbols", "build_libcuda_stub", "gencode_for",
+__all__ = ["needs_libcuda_stub", "cuda_runtime_library", "driver_symbols", "build_libcuda_stub",
            "install_nvcc_callback", "library_device_code", "check_device_code", "NVCC_SECONDS",
-           "SOURCE_FORMATS", "BINARY_FORMATS"]
+           "BINARY_FORMATS"]

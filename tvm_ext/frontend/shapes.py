@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import onnx
 
-from .errors import ShapeOverrideError, UnboundDimensionError
+from ..errors import ShapeOverrideError, UnboundDimensionError
 
 #: A dim as declared by the model: an int (static), a ``dim_param`` name, or None (unset).
 DeclaredDim = int | str | None

@@ -35,7 +35,7 @@ import numpy as np
 import tvm
 from tvm import relax
 
-from .ir_update import with_functions
+from ..ir_update import with_functions
 
 logger = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""Export an executable that contains CUTLASS objects (they need the CUDA runtime at link time)."""
+"""Export a compiled model; CUDA object code inside (CUTLASS kernels) needs the CUDA runtime linked in."""
 from __future__ import annotations
 
 import os
@@ -6,12 +6,18 @@ from typing import Any
 
 import tvm
 
-from .nvcc import cuda_home
+from .cuda import cuda_root
 
 
 def link_options() -> list[str]:
-    """Linker options for a ``.so`` with CUTLASS objects: ``libcudart`` (with an rpath)."""
-    lib = cuda_home() / "lib64"
+    """Linker options for a ``.so`` with CUDA objects in it: ``libcudart`` (with an rpath).
+
+    Raises
+    ------
+    KernelCompileError
+        No CUDA toolkit is found.
+    """
+    lib = cuda_root() / "lib64"
     return ["-Wl,--no-as-needed", f"-L{lib}", "-lcudart", f"-Wl,-rpath,{lib}"]
 
 
@@ -34,6 +40,11 @@ def export_library(ex: tvm.runtime.Executable | tvm.runtime.Module, path: str | 
     """``ex.export_library(path)`` plus the CUDA runtime link options when CUTLASS code is inside.
 
     Without them the exported library fails to load (``undefined symbol: __cudaRegisterFatBinary``).
+
+    Raises
+    ------
+    KernelCompileError
+        CUTLASS code is inside and no CUDA toolkit is found.
     """
     if has_cutlass_objects(ex):
         kwargs["options"] = list(kwargs.get("options") or []) + link_options()

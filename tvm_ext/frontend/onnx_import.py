@@ -1,10 +1,9 @@
-"""Model import: ONNX (and torch.export) to a static-shape, canonical Relax IRModule.
+"""ONNX import: load and validate a model, then convert it to a static-shape Relax IRModule.
 
 ``from_onnx`` loads and validates the model, binds every free input dimension to a static
 size, rejects unsupported operators up front (all of them in one error), converts with
-TVM's Relax ONNX importer (weights become constants), canonicalizes the graph
-(:func:`canonicalize_passes`) and optionally turns it into a pure fp16 model
-(:class:`tvm_ext.frontend_fp16.ConvertToFloat16`).
+TVM's Relax ONNX importer (weights become constants) and finishes the module with
+:func:`tvm_ext.frontend.canonicalize.finalize_module` (canonical form, optional pure fp16).
 
 The result is target independent: ``main`` holds high-level Relax ops (``relax.matmul``,
 ``relax.nn.softmax`` ...) in a dataflow block, nothing legalized to ``call_tir`` yet
@@ -23,20 +22,14 @@ import onnx
 import tvm
 from google.protobuf.message import DecodeError
 
-from .errors import ModelConversionError, ModelLoadError, TvmExtError, UnsupportedOpsError
-from .frontend_fp16 import ConvertToFloat16
-from .frontend_inputs import module_input_info, random_inputs
-from .frontend_shapes import bind_input_shapes, onnx_input_info, user_inputs
-from .models.skeleton import fill_skeleton, is_skeleton
+from ..errors import TVM_ERRORS, ModelConversionError, ModelLoadError, TvmExtError, UnsupportedOpsError
+from ..models.skeleton import fill_skeleton, is_skeleton
+from .canonicalize import finalize_module
+from .shapes import bind_input_shapes, user_inputs
 
 logger = logging.getLogger(__name__)
 
 ModelLike = str | os.PathLike | onnx.ModelProto
-
-__all__ = [
-    "from_onnx", "from_torch", "canonicalize_passes", "finalize_module", "load_onnx",
-    "unsupported_ops", "input_info", "random_inputs", "ConvertToFloat16",
-]
 
 #: Domains the importer dispatches on besides the default one, with the contrib ops of each
 #: that have a converter (the importer looks converters up by ``op_type`` only).
@@ -197,50 +190,7 @@ def _default_opset(model: onnx.ModelProto) -> int:
 
 
 # --------------------------------------------------------------------------------------
-# passes
-# --------------------------------------------------------------------------------------
-def canonicalize_passes() -> tvm.transform.Sequential:
-    """Target-independent cleanups run after import (no legalization, no fusion).
-
-    In order:
-
-    1. ``ConvertToDataflow`` - put pure bindings in dataflow blocks (FoldConstant and the
-       later fusion passes only look inside them).
-    2. ``FoldBatchnormToConv2D`` - fold an inference BatchNormalization that follows a
-       convolution with constant weights into the convolution's weights and a bias add.
-    3. ``DecomposeOpsForInference`` - rewrite the remaining ``batch_norm`` (and other
-       training-style composites such as ``tensor_to_shape``) into elementwise ops.
-    4. ``FoldConstant`` - evaluate every all-constant subexpression (transposed Gemm
-       weights, BN scale/shift, shape arithmetic of the importer).
-    5. ``RemoveRedundantReshape`` - drop no-op reshapes and collapse reshape chains.
-    6. ``CanonicalizeBindings`` - remove trivial ``y = x`` bindings (ONNX Identity,
-       Dropout) and tuple round trips.
-    7. ``EliminateCommonSubexpr`` - share identical computations.
-    8. ``DeadCodeElimination(["main"])`` - drop unused bindings and functions.
-    """
-    from tvm.relax.transform import (  # local names keep the list readable
-        CanonicalizeBindings, ConvertToDataflow, DeadCodeElimination,
-        DecomposeOpsForInference, EliminateCommonSubexpr, FoldBatchnormToConv2D,
-        FoldConstant, RemoveRedundantReshape,
-    )
-
-    return tvm.transform.Sequential(
-        [
-            ConvertToDataflow(min_size=1),
-            FoldBatchnormToConv2D(),
-            DecomposeOpsForInference(),
-            FoldConstant(),
-            RemoveRedundantReshape(),
-            CanonicalizeBindings(),
-            EliminateCommonSubexpr(),
-            DeadCodeElimination(["main"]),
-        ],
-        name="tvm_ext.Canonicalize",
-    )
-
-
-# --------------------------------------------------------------------------------------
-# entry points
+# entry point
 # --------------------------------------------------------------------------------------
 def from_onnx(
     model: ModelLike,
@@ -264,9 +214,11 @@ def from_onnx(
     dtype : str
         Element type assumed for graph inputs that declare none. Declared input types win.
     fp16 : bool
-        Convert the imported model to pure float16 (:class:`ConvertToFloat16`).
+        Convert the imported model to pure float16
+        (:class:`~tvm_ext.frontend.fp16.ConvertToFloat16`).
     canonicalize : bool
-        Run :func:`canonicalize_passes` (before, and after the fp16 conversion).
+        Run :func:`~tvm_ext.frontend.canonicalize.canonicalize_passes` (before, and after
+        the fp16 conversion).
     opset : int, optional
         Override the default-domain opset read from the model.
 
@@ -304,8 +256,7 @@ def from_onnx(
             opset=opset if opset is not None else _default_opset(proto),
             keep_params_in_input=False,
         )
-    except (RuntimeError, ValueError, TypeError, KeyError, IndexError, AssertionError,
-            AttributeError) as err:  # what the importer and TVM's FFI raise on bad graphs
+    except TVM_ERRORS + (AssertionError,) as err:  # AssertionError: the converters assert what they expect
         first_line = (str(err).strip().splitlines() or [""])[0]
         raise ModelConversionError(
             f"the Relax ONNX importer failed on graph '{proto.graph.name}': "
@@ -314,62 +265,8 @@ def from_onnx(
     return finalize_module(mod, fp16=fp16, canonicalize=canonicalize)
 
 
-def finalize_module(mod: tvm.IRModule, *, fp16: bool = False, canonicalize: bool = True) -> tvm.IRModule:
-    """Apply the post-import steps shared by every frontend (canonicalize, fp16)."""
-    if canonicalize:
-        mod = canonicalize_passes()(mod)
-    if fp16:
-        mod = ConvertToFloat16()(mod)
-        if canonicalize:
-            mod = canonicalize_passes()(mod)
-    return mod
-
-
-def from_torch(
-    module,
-    example_inputs: Sequence,
-    *,
-    fp16: bool = False,
-    canonicalize: bool = True,
-) -> tvm.IRModule:
-    """Import a ``torch.nn.Module`` through ``torch.export`` (weights as constants).
-
-    Raises
-    ------
-    TvmExtError
-        If torch is not installed.
-    """
-    try:
-        import torch  # noqa: F401  (optional dependency)
-    except ImportError:
-        raise TvmExtError(
-            "torch is required for from_torch (pip install torch); "
-            "or export the model to ONNX and use from_onnx"
-        ) from None
-    from tvm.relax.frontend.torch import from_exported_program
-
-    exported = torch.export.export(module.eval(), tuple(example_inputs))
-    mod = from_exported_program(exported, keep_params_as_input=False, unwrap_unit_return_tuple=True)
-    return finalize_module(mod, fp16=fp16, canonicalize=canonicalize)
-
-
-# --------------------------------------------------------------------------------------
-# inputs
-# --------------------------------------------------------------------------------------
-def input_info(mod_or_model: tvm.IRModule | ModelLike) -> dict[str, tuple[tuple | None, str]]:
-    """Name -> (shape, dtype) of the inputs of a Relax module's ``main`` or of an ONNX model.
-
-    For a module, shape entries are ints (or strings for symbolic sizes). For an ONNX
-    model, initializers are excluded; unset dims are ``None``, named ones their
-    ``dim_param``, and the shape itself is ``None`` when the rank is unknown.
-    """
-    if isinstance(mod_or_model, tvm.IRModule):
-        return module_input_info(mod_or_model)
-    return onnx_input_info(load_onnx(mod_or_model).graph)
-
-
 def _check_dtype(dtype: str) -> None:
     try:
         tvm.runtime.DataType(dtype)
-    except (TypeError, ValueError, RuntimeError):
+    except TVM_ERRORS:
         raise TvmExtError(f"dtype {dtype!r} is not a valid data type name") from None

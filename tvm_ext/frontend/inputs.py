@@ -5,7 +5,21 @@ import numpy as np
 import tvm
 from tvm import relax
 
-from .errors import TvmExtError
+from ..errors import TvmExtError
+from .onnx_import import ModelLike, load_onnx
+from .shapes import onnx_input_info
+
+
+def input_info(mod_or_model: tvm.IRModule | ModelLike) -> dict[str, tuple[tuple | None, str]]:
+    """Name -> (shape, dtype) of the inputs of a Relax module's ``main`` or of an ONNX model.
+
+    For a module, shape entries are ints (or strings for symbolic sizes). For an ONNX
+    model, initializers are excluded; unset dims are ``None``, named ones their
+    ``dim_param``, and the shape itself is ``None`` when the rank is unknown.
+    """
+    if isinstance(mod_or_model, tvm.IRModule):
+        return module_input_info(mod_or_model)
+    return onnx_input_info(load_onnx(mod_or_model).graph)
 
 
 def module_input_info(mod: tvm.IRModule) -> dict[str, tuple[tuple | None, str]]:
@@ -35,7 +49,7 @@ def random_inputs(mod: tvm.IRModule, seed: int = 0) -> dict[str, np.ndarray]:
     """
     main = _main(mod)
     rng = np.random.default_rng(seed)
-    bounds = _index_bounds(main)
+    bounds = index_bounds(main)
     out: dict[str, np.ndarray] = {}
     for p in main.params:
         if not isinstance(p.ty, relax.TensorType):
@@ -79,8 +93,12 @@ def _static_shape(ty: relax.TensorType, *, allow_symbolic: bool, name: str = "")
     return tuple(dims)
 
 
-def _index_bounds(main: relax.Function) -> dict[str, int]:
-    """Param name -> exclusive upper bound for params that feed ``relax.take`` indices."""
+def index_bounds(main: relax.Function) -> dict[str, int]:
+    """Param name -> exclusive upper bound for the integer params that feed ``relax.take`` indices.
+
+    The bound is the smallest size of the gathered axis over all such uses (the whole
+    tensor's size for a ``take`` without axis); params feeding no ``take`` are absent.
+    """
     take = tvm.ir.Op.get("relax.take")
     var2val = relax.analysis.get_var2val(main)
     params = {p.name: p for p in main.params}
