@@ -34,13 +34,13 @@ from tvm_ext.models import BUNDLED_FILE
 
 def way1_your_sequential(mod: tvm.IRModule, target: tvm.target.Target) -> tvm.runtime.Executable:
     """tvm_ext's stages as passes in a user-built Sequential."""
-    preset = tvm_ext.get_preset("baseline")
+    stages = tvm_ext.preset_passes("baseline", target)   # the preset's passes, stage by stage
     pipeline = tvm.transform.Sequential([
         relax.transform.FoldConstant(),                   # any pass of your own
         tvm_ext.graph_passes("baseline", target),         # tvm_ext: legalize + fuse (target-independent)
         dl.ApplyDefaultSchedule(dl.gpu.Transpose()),      # your own scheduling choice first ...
-        *preset.schedule(target),                         # ... the preset schedules the rest
-        *preset.lower(target),                            # TVM's lowering for the VM
+        *stages.schedule,                                 # ... the preset schedules the rest
+        *stages.lower,                                    # TVM's lowering for the VM
     ], name="my_pipeline")
     return tvm.compile(mod, target, relax_pipeline=pipeline)
 

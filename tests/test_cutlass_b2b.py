@@ -1,4 +1,8 @@
-"""Back-to-back GEMM and convolution fusion: chosen only when the database says it is faster."""
+"""Back-to-back GEMM and convolution fusion: chosen only when the database says it is faster.
+
+Every shape rule is tested with measurements that favour fusion, so only the rule itself can
+reject the pair (a test without records would pass whatever the rule says).
+"""
 from __future__ import annotations
 
 import textwrap
@@ -7,9 +11,10 @@ import pytest
 import tvm
 from tvm.script import from_source
 
-from tvm_ext.cutlass import Database, TuningRecord, partition_for_cutlass, workload_from_function
+from tvm_ext.cutlass import KernelConfig, cutlass_record, partition_for_cutlass, workload_from_function
 from tvm_ext.cutlass.b2b import B2bGemmWorkload, b2b_patterns
 from tvm_ext.cutlass.b2b_conv import B2bConv2dWorkload, b2b_conv_patterns
+from tvm_ext.select.database import Database
 from tvm_ext.cutlass.emit_b2b import b2b_candidates, emit_b2b_conv2d, emit_b2b_gemm
 from tvm_ext.cutlass.wrapper import emit_glue
 
@@ -79,24 +84,22 @@ def _parse(text: str) -> tvm.IRModule:
     return from_source(textwrap.dedent(text), extra_vars={"I": I, "R": R})
 
 
-def _db(tmp_path, fused_us: float | None) -> Database:
-    db = Database(tmp_path / "db.jsonl")
-    g0, g1 = WL.parts()
-    single = b2b_candidates(WL)[0].to_dict()
-    for k in ("threadblock1", "warp_count1"):
-        single[k] = None
-    single["residency"] = ""
-    from tvm_ext.cutlass import KernelConfig
+DEVICE, ARCH = "a100", "sm_80"
+SINGLE = KernelConfig("2x", (128, 64, 32), (2, 2, 1), (16, 8, 16), 3)
 
-    for part, us in ((g0, 10.0), (g1, 8.0)):
-        db.add(TuningRecord(part.key(), "float16->float16", "sm_80", KernelConfig.from_dict(single), us))
+
+def _db(tmp_path, fused_us: float | None, wl: B2bGemmWorkload = WL) -> Database:
+    """Measurements on the a100: the two GEMMs take 10 and 8 us, the fused pair ``fused_us``."""
+    db = Database(tmp_path / "db.jsonl")
+    for part, us in zip(wl.parts(), (10.0, 8.0)):
+        db.add(cutlass_record(part, SINGLE, DEVICE, us * 1e-6))
     if fused_us is not None:
-        db.add(TuningRecord(WL.key(), "float16->float16", "sm_80", b2b_candidates(WL)[-1], fused_us))
+        db.add(cutlass_record(wl, b2b_candidates(WL)[-1], DEVICE, fused_us * 1e-6))
     return db
 
 
-def _partition(db, arch="sm_80"):
-    return partition_for_cutlass(_parse(BEFORE), extra_patterns=b2b_patterns(db, arch))
+def _partition(db, device=DEVICE, arch=ARCH, text=BEFORE):
+    return partition_for_cutlass(_parse(text), extra_patterns=b2b_patterns(db, device, arch))
 
 
 def test_fused_when_measured_faster(tmp_path):
@@ -116,19 +119,20 @@ def test_not_fused_without_a_win(tmp_path, fused_us):
     assert composites == ["tvm_ext_cutlass.dense_bias_gelu", "tvm_ext_cutlass.dense_bias_relu"]
 
 
-def test_not_fused_for_other_arch_or_no_database(tmp_path):
+def test_not_fused_for_other_device_or_no_database(tmp_path):
     db = _db(tmp_path, fused_us=12.0)
-    for after in (_partition(db, "sm_90a"), _partition(None)):
+    for after in (_partition(db, "h100", "sm_90a"), _partition(None)):
         names = [gv.name_hint for gv in after.get_global_vars()]
         assert not any("relu_relax_permute_dims" in n for n in names) and len(names) == 3
 
 
-def test_too_wide_intermediate_not_fused(tmp_path):
-    text = BEFORE.replace("(64, 256)", "(192, 256)").replace("(64,)", "(192,)").replace("(128, 64)", "(128, 192)")
-    wide = B2bGemmWorkload(4096, 192, 256, 128, "float16", "gelu")
-    db = Database(tmp_path / "wide.jsonl")
-    after = partition_for_cutlass(_parse(text), extra_patterns=b2b_patterns(db, "sm_80"))
-    assert wide.n0 > 128 and not any("relu_relax_permute_dims" in gv.name_hint for gv in after.get_global_vars())
+@pytest.mark.parametrize("n0,fused", [(128, True), (144, False), (192, False)])
+def test_intermediate_width_rule(tmp_path, n0, fused):
+    """The fused kernel holds whole rows of the intermediate: N0 <= 128 (measured faster in every case)."""
+    text = BEFORE.replace("(64, 256)", f"({n0}, 256)").replace("(64,)", f"({n0},)").replace("(128, 64)", f"(128, {n0})")
+    wide = B2bGemmWorkload(4096, n0, 256, 128, "float16", "gelu")
+    after = _partition(_db(tmp_path, fused_us=1.0, wl=wide), text=text)
+    assert any("relu_relax_permute_dims" in gv.name_hint for gv in after.get_global_vars()) == fused
 
 
 def test_b2b_candidates_and_source():
@@ -215,20 +219,18 @@ class Module:
 CONV_WL = B2bConv2dWorkload(1, 56, 56, 64, 64, 3, 3, 56, 56, (1, 1), (1, 1), 64, "float16", "relu")
 
 
-def _conv_db(tmp_path, fused_us: float | None) -> Database:
-    from tvm_ext.cutlass import KernelConfig
-
+def _conv_db(tmp_path, fused_us: float | None, wl: B2bConv2dWorkload = CONV_WL) -> Database:
     db = Database(tmp_path / "conv_db.jsonl")
     single = KernelConfig("2x", (64, 64, 64), (2, 2, 1), (16, 8, 16), 5, swizzle=4)
-    for part, us in zip(CONV_WL.parts(), (10.0, 8.0)):
-        db.add(TuningRecord(part.key(), "float16->float16", "sm_80", single, us))
+    for part, us in zip(wl.parts(), (10.0, 8.0)):
+        db.add(cutlass_record(part, single, DEVICE, us * 1e-6))
     if fused_us is not None:
-        db.add(TuningRecord(CONV_WL.key(), "float16->float16", "sm_80", b2b_candidates(CONV_WL)[0], fused_us))
+        db.add(cutlass_record(wl, b2b_candidates(CONV_WL)[0], DEVICE, fused_us * 1e-6))
     return db
 
 
-def _partition_conv(db, arch="sm_80", text=CONV_BEFORE):
-    return partition_for_cutlass(_parse(text), extra_patterns=b2b_conv_patterns(db, arch))
+def _partition_conv(db, arch=ARCH, text=CONV_BEFORE):
+    return partition_for_cutlass(_parse(text), extra_patterns=b2b_conv_patterns(db, DEVICE, arch))
 
 
 def test_b2b_conv_fused_when_measured_faster(tmp_path):
@@ -250,20 +252,33 @@ def test_b2b_conv_not_fused_without_a_win(tmp_path, fused_us):
     assert composites == ["tvm_ext_cutlass.conv2d_bias_relu", "tvm_ext_cutlass.conv2d_bias_relu"]
 
 
-@pytest.mark.parametrize("change", ["3x3 second conv", "strided second conv", "too many channels"])
+def _conv_text(k0: int) -> str:
+    return CONV_BEFORE.replace("w0: R.Tensor((64, 3, 3, 64)", f"w0: R.Tensor(({k0}, 3, 3, 64)").replace(
+        "b0: R.Tensor((1, 1, 1, 64)", f"b0: R.Tensor((1, 1, 1, {k0})").replace(
+        "w1: R.Tensor((64, 1, 1, 64)", f"w1: R.Tensor((64, 1, 1, {k0})")
+
+
+def _b2b_chosen(after) -> bool:
+    return any("b2b" in str(f.body.blocks[0].bindings[0].value.attrs["Composite"])
+               for _, f in after.functions_items() if f.attrs and "Codegen" in f.attrs)
+
+
+@pytest.mark.parametrize("change", ["3x3 second conv", "strided second conv"])
 def test_b2b_conv_shape_rules(tmp_path, change):
     if change == "3x3 second conv":
         text = CONV_BEFORE.replace("(64, 1, 1, 64)", "(64, 3, 3, 64)").replace(
             'c1 = R.nn.conv2d(a0, w1, data_layout', 'c1 = R.nn.conv2d(a0, w1, padding=1, data_layout')
-    elif change == "strided second conv":
+    else:
         text = CONV_BEFORE.replace("c1 = R.nn.conv2d(a0, w1, data_layout", "c1 = R.nn.conv2d(a0, w1, strides=2, data_layout")
-    else:  # K0 = 192 > 128: no whole-N threadblock
-        text = CONV_BEFORE.replace("w0: R.Tensor((64, 3, 3, 64)", "w0: R.Tensor((192, 3, 3, 64)").replace(
-            "b0: R.Tensor((1, 1, 1, 64)", "b0: R.Tensor((1, 1, 1, 192)").replace(
-            "w1: R.Tensor((64, 1, 1, 64)", "w1: R.Tensor((64, 1, 1, 192)")
-    after = _partition_conv(_conv_db(tmp_path, fused_us=1.0), text=text)
-    assert not any("b2b" in str(f.body.blocks[0].bindings[0].value.attrs["Composite"])
-                   for _, f in after.functions_items() if f.attrs and "Codegen" in f.attrs)
+    assert not _b2b_chosen(_partition_conv(_conv_db(tmp_path, fused_us=1.0), text=text))
+
+
+@pytest.mark.parametrize("k0,fused", [(128, True), (144, False), (192, False)])
+def test_b2b_conv_channel_rule(tmp_path, k0, fused):
+    """The first convolution's output channels are the fused kernel's threadblock N: K0 <= 128
+    (measured faster in every case, so only the rule decides)."""
+    wl = B2bConv2dWorkload(1, 56, 56, 64, k0, 3, 3, 56, 56, (1, 1), (1, 1), 64, "float16", "relu")
+    assert _b2b_chosen(_partition_conv(_conv_db(tmp_path, fused_us=1.0, wl=wl), text=_conv_text(k0))) == fused
 
 
 def test_b2b_conv_source_and_instance_key():

@@ -7,14 +7,13 @@ import math
 import pytest
 
 from tvm_ext.hardware import load_device
-from tvm_ext.cutlass import Database, Epilogue, GemmWorkload, Conv2dWorkload, KernelConfig, TuningRecord
+from tvm_ext.cutlass import Conv2dWorkload, Epilogue, GemmWorkload, KernelConfig, best_config, cutlass_record
 from tvm_ext.cutlass import candidates, heuristic_config
 from tvm_ext.cutlass.candidates import score, uses_3x
 from tvm_ext.cutlass.codegen import choose_config
-from tvm_ext.cutlass.database import dtype_key
-from tvm_ext.cutlass.errors import CutlassDatabaseError, CutlassSetupError
+from tvm_ext.cutlass.errors import CutlassSetupError
 from tvm_ext.cutlass.profiler import emit_profiler_main, problem_argv, tune
-from tvm_ext.cutlass.workload import Offload
+from tvm_ext.select.database import Database, DatabaseError, Record
 
 A100, H100 = load_device("a100"), load_device("h100")
 
@@ -87,25 +86,40 @@ def test_database_jsonl_best_record_and_reload(tmp_path):
     db = Database(path)
     wl = gemm(256, 512, 128)
     c1, c2 = candidates(wl, "sm_80", A100)[:2]
-    db.add(TuningRecord(wl.key(), dtype_key("float16", "float16"), "sm_80", c1, 20.0, device="a100"))
-    db.add(TuningRecord(wl.key(), dtype_key("float16", "float16"), "sm_80", c2, 10.0, device="a100"))
-    db.add(TuningRecord(wl.key(), dtype_key("float16", "float16"), "sm_90a", c1, 5.0, device="h100"))
+    db.add(cutlass_record(wl, c1, "a100", 20e-6))
+    db.add(cutlass_record(wl, c2, "a100", 10e-6))
+    db.add(cutlass_record(wl, c1, "h100", 5e-6))
     lines = path.read_text().splitlines()
-    assert len(lines) == 3 and all(json.loads(line)["workload"] == wl.key() for line in lines)
+    assert len(lines) == 3 and all(json.loads(line)["key"] == wl.key() for line in lines)
     again = Database(path)
-    assert len(again) == 2
-    assert again.lookup(wl.key(), "float16->float16", "sm_80").config == c2
-    assert again.lookup(wl.key(), "float16->float32", "sm_80") is None
-    off = Offload("f", "tvm_ext_cutlass.matmul_bias_relu", wl, (), (), ())
-    assert choose_config(off, "sm_80", A100, again) == (c2, True)
-    assert choose_config(off, "sm_80", A100, None) == (heuristic_config(wl, "sm_80", A100), False)
+    assert len(again) == 2                                           # (key, device, dtype)
+    assert again.best(wl.key(), "a100", "float16->float16").latency_s == 10e-6
+    assert KernelConfig.from_dict(again.best(wl.key(), "a100", "float16->float16").config) == c2
+    assert again.best(wl.key(), "a100", "float16->float32") is None
+    assert len(again.records(wl.key(), "a100", "float16->float16")) == 2
+    assert best_config(again, wl, "a100", "sm_80") == (c2, 10e-6)
+    assert choose_config(wl, "sm_80", A100, again) == (c2, True)
+    assert choose_config(wl, "sm_80", A100, None) == (heuristic_config(wl, "sm_80", A100), False)
+
+
+def test_measured_3x_configs_only_for_sm90a(tmp_path):
+    wl = gemm(1024, 1024, 1024)
+    three = next(c for c in candidates(wl, "sm_90a", H100) if c.api == "3x")
+    two = next(c for c in candidates(wl, "sm_90a", H100) if c.api == "2x")
+    db = Database(tmp_path / "db.jsonl")
+    db.add(cutlass_record(wl, three, "h100", 1e-6))
+    db.add(cutlass_record(wl, two, "h100", 2e-6))
+    assert best_config(db, wl, "h100", "sm_90a") == (three, 1e-6)
+    assert best_config(db, wl, "h100", "sm_90") == (two, 2e-6)     # the 3.x kernel does not build for sm_90
 
 
 def test_database_rejects_malformed_line(tmp_path):
     path = tmp_path / "bad.jsonl"
-    path.write_text('{"workload": "x"}\n')
-    with pytest.raises(CutlassDatabaseError, match="bad.jsonl:1"):
+    path.write_text('{"key": "x"}\n')
+    with pytest.raises(DatabaseError, match="bad.jsonl:1"):
         Database(path)
+    with pytest.raises(ValueError, match="positive"):
+        Record("k", "h100", "float16", "cutlass", 0.0)
 
 
 def test_profiler_main_source_and_argv():
@@ -135,8 +149,8 @@ def test_tune_with_fake_runner_records_fastest(tmp_path, monkeypatch):
     runner = lambda prog, argv: 1.0 if prog.name == target.name() else (math.inf if "s10" in prog.name else 5.0)
     db = Database(tmp_path / "db.jsonl")
     rec = tune(wl, "sm_80", A100, db, runner=runner, progress=False)
-    assert rec.config == target and rec.latency_us == 1.0 and len(built) == len(cands)
-    assert Database(tmp_path / "db.jsonl").lookup(wl.key(), "float16->float16", "sm_80").config == target
+    assert KernelConfig.from_dict(rec.config) == target and rec.latency_s == 1e-6 and len(built) == len(cands)
+    assert best_config(Database(tmp_path / "db.jsonl"), wl, "a100", "sm_80") == (target, 1e-6)
 
 
 def test_tune_without_gpu_is_a_clear_error(tmp_path):

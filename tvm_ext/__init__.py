@@ -46,6 +46,7 @@ if not RUNTIME_ONLY:
         get_preset,
         graph_passes,
         list_presets,
+        preset_passes,
         preset_pipeline,
         register_builtin_presets,
         register_pipelines,
@@ -73,5 +74,5 @@ _INITIALIZING = False
 __all__ = [
     "errors", "TvmExtError", "DEFAULT_TARGET", "DeviceSpec", "device_from_target", "list_devices", "load_device",
     "DEFAULT_PRESET", "Preset", "compile", "get_preset", "graph_passes", "list_presets",
-    "preset_pipeline", "use_preset", "export_library", "__version__",
+    "preset_passes", "preset_pipeline", "use_preset", "export_library", "__version__",
 ]

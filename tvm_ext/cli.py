@@ -24,11 +24,11 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
+from .driver.presets import DEFAULT_PRESET
 from .errors import ModelLoadError, ShapeOverrideError, TvmExtError
+from .hardware.target import DEFAULT_TARGET
 from .testing.tolerance import tolerance_for
 
-DEFAULT_TARGET = "tvm_ext/h100"
-DEFAULT_PRESET = "baseline"
 EXIT_MISMATCH = 1
 EXIT_USAGE = 2
 

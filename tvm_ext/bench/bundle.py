@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import BenchError, DeviceConfigError, TvmExtError
+from ..hardware.target import DEFAULT_TARGET
 from .manifest import MANIFEST, Manifest, ModelEntry
 from .suite import ModelSource
 from .worker import BuildJob, run_jobs
@@ -206,7 +207,7 @@ def _run_worker(job: BuildJob, work: Path, progress: Callable[[str], None] | Non
 
 
 def build_bundle(models: Sequence[ModelSource], out: str | Path, *, presets: Sequence[str] = ("baseline",),
-                 target: str = "tvm_ext/h100", fp16: bool = False, cuda_graph: bool = False, seed: int = 0,
+                 target: str = DEFAULT_TARGET, fp16: bool = False, cuda_graph: bool = False, seed: int = 0,
                  runtime: bool | None = None, runtime_python: str = "3.12", isolate: bool | None = None,
                  progress: Callable[[str], None] | None = None) -> BundleSummary:
     """Build ``models`` x ``presets`` for ``target`` into the bundle directory ``out``.

@@ -22,6 +22,8 @@ from typing import Any
 import numpy as np
 import tvm
 
+from ..driver.presets import DEFAULT_PRESET
+from ..hardware import DEFAULT_TARGET
 from ..toolchain import NvccResult, compile_cuda_source, gpu_available, nvcc_available
 from .render import human_seconds
 from .report import Report, inspect
@@ -106,7 +108,7 @@ def _cpu_latency(mod: tvm.IRModule, preset: str, inputs: Mapping[str, np.ndarray
     return float(vm.time_evaluator("main", tvm.cpu(), number=1, repeat=3)(*args).mean)
 
 
-def run_demo(target: str = "tvm_ext/h100", preset: str = "baseline", *, model: str | Path | None = None,
+def run_demo(target: str = DEFAULT_TARGET, preset: str = DEFAULT_PRESET, *, model: str | Path | None = None,
              progress: Callable[[str], None] | None = None, measure_cpu: bool = True) -> DemoResult:
     """Run the demo (see the module docstring) and return what it found.
 

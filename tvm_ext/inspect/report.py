@@ -42,7 +42,7 @@ import json
 from ..driver import Preset, StagedBuild, build, load_module
 from ..graph import OpGraph
 from ..errors import TvmExtError
-from ..hardware import DeviceSpec, device_from_target, is_gpu_target, load_device, resolve_target
+from ..hardware import DEFAULT_TARGET, DeviceSpec, device_from_target, is_gpu_target, load_device, resolve_target
 from ..select.attrs import SELECTION_ATTR
 from ..select.candidate import dominant_dtype
 from .fallback import FallbackOp, find_fallbacks
@@ -289,7 +289,7 @@ def report_from_stages(stages: StagedBuild, *, model_name: str = "IRModule", dev
     )
 
 
-def inspect(model_or_mod: Any, target: str | Mapping | tvm.target.Target = "tvm_ext/h100",
+def inspect(model_or_mod: Any, target: str | Mapping | tvm.target.Target = DEFAULT_TARGET,
             preset: str | Preset = "baseline", *, shapes: Mapping[str, Sequence[int]] | None = None, fp16: bool = False,
             device: str | DeviceSpec | None = None, keep_source: bool = False) -> Report:
     """Compile a model for a GPU target with a preset and report what happened.

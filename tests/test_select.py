@@ -1,0 +1,181 @@
+"""The selection spine: a new technique is a generator, its schedule builder and one registration.
+
+``Singletons`` below is such a technique, written only against the public protocol: it proposes
+every node alone and schedules it with a plan of its own (one thread per output element). A
+preset naming it builds, the plan travels to the schedule stage, the report names the generator
+of every launch, and the CPU oracle agrees with the baseline.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+import pytest
+import tvm
+from tvm import relax, tirx
+from tvm.script import relax as R
+
+from tvm_ext.driver import Preset, build, get_preset, preset_passes
+from tvm_ext.errors import PresetError
+from tvm_ext.graph import OpGraph
+from tvm_ext.hardware import load_device
+from tvm_ext.inspect import inspect
+from tvm_ext.graph import sblocks
+from tvm_ext.select import (Candidate, GeneratorError, LaunchShape, PlanError, PrioritySelector, ScheduledKernel,
+                            SelectionContext, emit_groups, get_generator, plan_from_text, plan_of, planned_by,
+                            register_generator, subgraph_module, unregister_generator, with_plan)
+from tvm_ext.select.database import Database, DatabaseError, Record
+from tvm_ext.testing.oracle import run_cpu
+
+H100 = tvm.target.Target("tvm_ext/h100")
+
+
+@tvm.script.ir_module
+class Small:
+    @R.function
+    def main(x: R.Tensor((8, 64), "float32"), w: R.Tensor((64, 64), "float32"), b: R.Tensor((64,), "float32")):
+        with R.dataflow():
+            y = R.matmul(x, w)
+            z = R.add(y, b)
+            s = R.nn.softmax(R.nn.relu(z), axis=-1)
+            R.output(s)
+        return s
+
+
+@dataclass(frozen=True)
+class ThreadPerElement:
+    """The test generator's plan: threads per block of its flat schedule."""
+
+    generator: ClassVar[str] = "test_singletons"
+    threads: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"threads": self.threads}
+
+    def summary(self) -> str:
+        return f"one thread per element, {self.threads} per block"
+
+
+class Singletons:
+    """Every spatial single-block node alone, one thread per output element (reductions are left to
+    the next generator, dlight)."""
+
+    name = "test_singletons"
+    kernel_kind = "tir"
+    verify_lowering = True
+
+    def prepare_passes(self, target):
+        return []
+
+    def plan_from_json(self, data):
+        return ThreadPerElement(int(data["threads"]))
+
+    def candidates(self, ctx: SelectionContext):
+        out = []
+        for n in ctx.call_nodes():
+            blocks = sblocks(ctx.fused_function((n,)))
+            if len(blocks) == 1 and all(iv.iter_type == tirx.IterVar.DataPar for iv in blocks[0][0].iter_vars):
+                launch = LaunchShape(grid=-(-ctx.graph.nodes[n].bytes_written // 4 // 128), threads=128)
+                out.append(Candidate.of(ctx.graph, (n,), ThreadPerElement(128), launch=launch))
+        return out
+
+    def schedule(self, func, plan, device) -> ScheduledKernel:
+        sch = tvm.s_tir.Schedule(func)
+        (block,) = sch.get_child_blocks(sch.get_sblock("root"))
+        bx, tx = sch.split(sch.fuse(*sch.get_loops(block)), [None, plan.threads])
+        sch.bind(bx, "blockIdx.x")
+        sch.bind(tx, "threadIdx.x")
+        return ScheduledKernel(sch.mod["main"].with_attr("tirx.is_scheduled", True), rule="thread-per-element")
+
+
+@pytest.fixture
+def singletons():
+    register_generator(Singletons())
+    yield Preset("test_singletons", "test: every node alone", generators=("test_singletons", "dlight"))
+    unregister_generator("test_singletons")
+
+
+def test_a_new_generator_builds_and_is_reported(singletons):
+    report = inspect(Small, H100, singletons)
+    generators = {k.func: k.generator for k in report.launches}
+    assert "test_singletons" in generators.values()
+    ours = [k for k in report.launches if k.generator == "test_singletons"]
+    assert all(k.rule == "thread-per-element" and k.plan == "one thread per element, 128 per block" for k in ours)
+    assert report.kernels == sum(k.launches for k in report.launches)
+    assert json.loads(json.dumps(report.to_json()))["launches"][0]["generator"] in generators.values()
+    stages = build(Small, tvm.target.Target({"kind": "llvm"}), singletons)   # the CPU oracle runs it too
+    rng = np.random.default_rng(0)
+    inputs = {p.name: rng.standard_normal([int(d) for d in p.ty.shape]).astype("float32") for p in Small["main"].params}
+    ours_out = run_cpu(relax.VirtualMachine(stages.executable, tvm.cpu()), inputs)
+    np.testing.assert_allclose(ours_out[0], run_cpu(Small, inputs)[0], rtol=1e-5, atol=1e-6)
+
+
+def test_registry_rejects_duplicates_and_unknown_names():
+    with pytest.raises(GeneratorError, match="already registered"):
+        register_generator(get_generator("stitch"))
+    with pytest.raises(GeneratorError, match="no generator named 'nope'"):
+        get_generator("nope")
+    with pytest.raises(PlanError, match="malformed plan"):
+        plan_from_text("{not json")
+    with pytest.raises(PresetError, match="selector must be one of"):
+        Preset("x", "bad", generators=("dlight",), selector="greedy")
+
+
+def test_plan_round_trips_through_the_attribute():
+    plan = get_generator("dlight").plan_from_json({"rule": "Matmul", "group": "compute"})
+    func = with_plan(Small["main"], plan)
+    assert plan_of(func) == plan and plan_from_text(str(func.attrs["tvm_ext.plan"])) == plan
+
+
+def _context(mod: tvm.IRModule) -> SelectionContext:
+    legal = relax.transform.AnnotateTIROpPattern()(relax.transform.LegalizeOps()(mod))
+    return SelectionContext(legal, "main", OpGraph.from_module(legal), load_device("h100"), H100)
+
+
+def test_fused_function_equals_the_final_fusion():
+    """A candidate's function, fused alone, is the function the whole module's fusion makes."""
+    ctx = _context(Small)
+    nodes = (2, 3)                                                  # relu, softmax
+    alone = ctx.fused_function(nodes)
+
+    whole, names = emit_groups(ctx.mod, [list(nodes)], names=["fused_candidate"])
+    final = relax.transform.FuseTIR()(whole)[names[0]]
+    tvm.ir.assert_structural_equal(alone, final)
+    assert ctx.fused_function(nodes) is alone                       # cached by signature
+    sub = subgraph_module(ctx.mod, "main", nodes)
+    assert [p.name for p in sub["main"].params] == ["z"]
+    assert len(sub["main"].ret_ty.fields) == 1                      # only the softmax leaves the set
+
+
+def test_priority_selector_takes_candidates_in_order():
+    ctx = _context(Small)
+    gen = get_generator("dlight")
+    cands = gen.candidates(ctx)
+    selection = PrioritySelector().select(ctx, cands)
+    covered = [n for c in selection.chosen for n in c.nodes]
+    assert sorted(covered) == ctx.call_nodes() == sorted(set(covered))
+    assert selection.chosen[0].plan.group == "compute"             # matmul + add (+ relu) first
+    assert selection.uncovered == []
+
+
+def test_database_keys_and_best_record(tmp_path):
+    db = Database(tmp_path / "m.jsonl")
+    db.add(Record("k", "h100", "float16", "stitch", 2e-6, {"group": "stitch"}))
+    db.add(Record("k", "h100", "float16", "stitch", 1e-6, {"group": "stitch"}))
+    db.add(Record("k", "h200", "float16", "stitch", 5e-7))
+    again = Database(tmp_path / "m.jsonl")
+    assert len(again) == 2 and again.best("k", "h100", "float16").latency_s == 1e-6
+    assert again.best("k", "a100", "float16") is None
+    (tmp_path / "bad.jsonl").write_text("not json\n")
+    with pytest.raises(DatabaseError, match="bad.jsonl:1"):
+        Database(tmp_path / "bad.jsonl")
+
+
+def test_stitch_preset_plans_and_builds_the_stitched_kernels():
+    p = get_preset("stitch")
+    stages = preset_passes(p, H100)
+    assert [type(x).__name__ for x in stages.schedule] == ["ApplyPlans", "SafeDefaultSchedule"]
+    scheduled = build(Small, H100, p).scheduled
+    assert set(planned_by(scheduled, "stitch").values()) == {"stitched"}
