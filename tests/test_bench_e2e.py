@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from tvm_ext.bench.bundle import RUNTIME_MODULES, build_bundle
+from tvm_ext.bench.weights import regenerate
 from tvm_ext.bench.manifest import read_manifest
 from tvm_ext.bench.results import REQUIRED, read_jsonl
 from tvm_ext.bench.run import run_bundle
@@ -41,8 +42,11 @@ def test_build_only_writes_a_complete_bundle(llvm_bundle, capsys):
         assert b.kernels >= 2 and (out / b.library).is_file() and b.library_bytes == (out / b.library).stat().st_size
         assert m.weights and m.transform_params and m.weights_digest and len(m.check_digests) == 2
         assert (out / m.reference).is_file() and m.flops > 0 and m.min_traffic_bytes > 0
-        # weights travel as a recipe: the library is far smaller than the weights would be in it
+        # weights travel as a recipe: no weight's bytes are inside the library
         assert all(w.std > 0 for w in m.weights)
+        library = (out / b.library).read_bytes()
+        for w, values in zip(m.weights, regenerate(m.weights, m.weights_seed)):
+            assert values.tobytes()[:256] not in library, w.name
     mlp = manifest.model("mlp")
     assert [i.name for i in mlp.inputs] == ["x"] and mlp.inputs[0].kind == "normal"
     assert mlp.builds[0].kernels == 2  # two fused matmul+bias(+relu) groups
@@ -155,8 +159,9 @@ def test_bench_without_build_only_measures_here(tmp_path, capsys):
 
 
 def _torch_python() -> str | None:
-    candidates = [os.environ.get("TVM_EXT_TORCH_PYTHON"), "/work/.venvs/corpus/bin/python"]
-    return next((c for c in candidates if c and Path(c).is_file()), None)
+    """A Python with torch: ``$TVM_EXT_TORCH_PYTHON`` (e.g. the corpus venv of scripts/corpus)."""
+    path = os.environ.get("TVM_EXT_TORCH_PYTHON")
+    return path if path and Path(path).is_file() else None
 
 
 @pytest.mark.skipif(_torch_python() is None, reason="no Python with torch (set TVM_EXT_TORCH_PYTHON)")

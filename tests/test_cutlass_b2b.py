@@ -88,13 +88,15 @@ DEVICE, ARCH = "a100", "sm_80"
 SINGLE = KernelConfig("2x", (128, 64, 32), (2, 2, 1), (16, 8, 16), 3)
 
 
-def _db(tmp_path, fused_us: float | None, wl: B2bGemmWorkload = WL) -> Database:
-    """Measurements on the a100: the two GEMMs take 10 and 8 us, the fused pair ``fused_us``."""
+def _db(tmp_path, fused_us: float | None, wl: B2bGemmWorkload = WL, residency: str = "rf") -> Database:
+    """Measurements on the a100: the two GEMMs take 10 and 8 us, the fused pair (its ``residency``
+    variant) ``fused_us``."""
     db = Database(tmp_path / "db.jsonl")
     for part, us in zip(wl.parts(), (10.0, 8.0)):
         db.add(cutlass_record(part, SINGLE, DEVICE, us * 1e-6))
     if fused_us is not None:
-        db.add(cutlass_record(wl, b2b_candidates(WL)[-1], DEVICE, fused_us * 1e-6))
+        fused = next(c for c in b2b_candidates(WL) if c.residency == residency)
+        db.add(cutlass_record(wl, fused, DEVICE, fused_us * 1e-6))
     return db
 
 

@@ -23,6 +23,7 @@ import tvm_ext.cutlass as tc
 sys.path.insert(0, os.path.dirname(__file__))  # sibling test module with the b2b model
 from tvm_ext.cutlass import nvcc
 from tvm_ext.cutlass.codegen import module_kernels
+from tvm_ext.select.database import Database
 from tvm_ext.toolchain import export_library, has_cutlass_objects
 
 pytestmark = pytest.mark.slow
@@ -156,18 +157,27 @@ def test_tune_on_gpu(tmp_path):
     from tvm_ext.hardware import load_device
 
     wl = tc.GemmWorkload("matmul", 1, 256, 256, 256, "float16", "float16", "float16", "row", tc.Epilogue())
-    db = tc.Database(tmp_path / "db.jsonl")
+    db = Database(tmp_path / "db.jsonl")
     rec = tune(wl, "sm_80", load_device("a100"), db, progress=False)
-    assert rec.latency_us > 0 and db.lookup(wl.key(), "float16->float16", "sm_80") is not None
+    assert rec.latency_s > 0 and tc.best_config(db, wl, "a100", "sm_80") is not None
 
 
-def test_b2b_gemm_compiles_and_exports(tmp_path):
-    """A measured-faster pair becomes one B2bGemm kernel (RF residency) in the exported library."""
+@pytest.mark.parametrize("residency", ["rf", "smem"])
+def test_b2b_gemm_compiles_and_exports(tmp_path, residency):
+    """A measured-faster pair becomes one B2bGemm kernel in the exported library, with GEMM0's
+    accumulators kept in registers (``rf``) or staged in shared memory (``smem``)."""
     from test_cutlass_b2b import BEFORE, WL, _db, _parse
 
-    db = _db(tmp_path, fused_us=12.0)
+    from tvm_ext.cutlass.codegen import plan_kernels
+
+    db = _db(tmp_path, fused_us=12.0, residency=residency)
     target = _target("sm_80")
-    offloaded = tvm.transform.Sequential(tc.offload_passes(target, database=db.path))(_parse(BEFORE))
+    passes = tc.offload_passes(target, database=db.path)
+    partitioned = tvm.transform.Sequential(passes[:-1])(_parse(BEFORE))
+    funcs = [f for _, f in partitioned.functions_items() if f.attrs is not None and "Codegen" in f.attrs]
+    _, kernels = plan_kernels(funcs, {"arch": "sm_80", "device": "a100", "database": str(db.path)})
+    assert [k.config.residency for k in kernels] == [residency]
+    offloaded = tvm.transform.Sequential(passes)(_parse(BEFORE))
     main = offloaded["main"].script()
     assert main.count("R.call_dps_packed") == 1 and "relu_relax_permute_dims" in main
     with target:

@@ -14,7 +14,7 @@ from tvm import relax
 import tvm_ext.tir as ttir
 from tvm_ext.graph import OpGraph
 from tvm_ext.hardware import load_device
-from tvm_ext.driver import preset_pipeline
+from tvm_ext.driver import graph_passes, preset_pipeline
 from tvm_ext.select import SelectionContext, boundary_bytes
 from tvm_ext.stitch import StitchGenerator
 from tvm_ext.toolchain import compile_cuda_source, nvcc_available
@@ -23,31 +23,42 @@ from tvm_ext.stitch.prologue_schedule import PrologueTiles, build_prologue_sched
 from tvm_ext.stitch.schedule import StitchScheduleError
 from tvm_ext.stitch.scope import stitch_scope
 from tvm_ext.testing.oracle import run_cpu
+from tvm_ext.testing.thread_serial import call_inputs, compare_scheduled
 
 from test_stitch_kernels import _module, _scheduled, _stitch_rules
 
 TARGETS = ["tvm_ext/a100", "tvm_ext/h100"]
 
 
-def attention(heads=4, seq=128, dim=64, axis=-1, also_return_probs=False, swap=False):
+def attention(heads=4, seq=128, dim=64, axis=-1, also_return_probs=False, swap=False, dtype="float32"):
     """scores = q @ k^T * 0.125, p = softmax(scores, axis), out = p @ v (or v^T @ p with ``swap``)."""
     t = relax.TensorType
-    q, k, v = (relax.Var(n, t((1, heads, seq, dim), "float32")) for n in "qkv")
+    q, k, v = (relax.Var(n, t((1, heads, seq, dim), dtype)) for n in "qkv")
 
     def body(q, k, v):
         scores = relax.op.multiply(relax.op.matmul(q, relax.op.permute_dims(k, [0, 1, 3, 2])),
-                                   relax.const(0.125, "float32"))
+                                   relax.const(0.125, dtype))
         p = relax.op.nn.softmax(scores, axis=axis)
         out = relax.op.matmul(relax.op.permute_dims(v, [0, 1, 3, 2]), p) if swap else relax.op.matmul(p, v)
         return relax.Tuple([out, p]) if also_return_probs else out
     return _module([q, k, v], body)
 
 
-def norm_then_gemm(rows=197, hidden=384, columns=64):
+def norm_then_gemm(rows=197, hidden=384, columns=64, dtype="float32"):
     t = relax.TensorType
-    x, g, b, w = relax.Var("x", t((1, rows, hidden), "float32")), relax.Var("g", t((hidden,), "float32")), \
-        relax.Var("b", t((hidden,), "float32")), relax.Var("w", t((hidden, columns), "float32"))
+    x, g, b, w = relax.Var("x", t((1, rows, hidden), dtype)), relax.Var("g", t((hidden,), dtype)), \
+        relax.Var("b", t((hidden,), dtype)), relax.Var("w", t((hidden, columns), dtype))
     return _module([x, g, b, w], lambda x, g, b, w: relax.op.matmul(relax.op.nn.layer_norm(x, g, b, axes=[-1]), w))
+
+
+def narrow_mlp(rows=197, hidden=384, columns=128, dtype="float32"):
+    """layer_norm -> matmul -> bias add -> GELU: a transformer MLP whose first layer is narrow."""
+    t = relax.TensorType
+    x, g, b = relax.Var("x", t((1, rows, hidden), dtype)), relax.Var("g", t((hidden,), dtype)), \
+        relax.Var("b", t((hidden,), dtype))
+    w, bias = relax.Var("w", t((hidden, columns), dtype)), relax.Var("bias", t((columns,), dtype))
+    return _module([x, g, b, w, bias], lambda x, g, b, w, bias: relax.op.nn.gelu(
+        relax.op.add(relax.op.matmul(relax.op.nn.layer_norm(x, g, b, axes=[-1]), w), bias)))
 
 
 def _legalized(mod):
@@ -86,6 +97,39 @@ def test_softmax_stays_alone_without_row_locality(case):
 def test_narrow_layer_norm_joins_its_gemm_and_a_wide_one_does_not():
     assert any(kind == "prologue" for kind, _ in _kinds(norm_then_gemm(columns=64)))
     assert all(kind != "prologue" for kind, _ in _kinds(norm_then_gemm(columns=3072)))
+
+
+@pytest.mark.parametrize("columns,joins", [(256, True), (264, False)])
+def test_column_cap_at_its_boundary(columns, joins):
+    """The block multiplies whole output rows of at most MAX_COLUMNS = 256 columns."""
+    assert any(kind == "prologue" for kind, _ in _kinds(norm_then_gemm(columns=columns))) == joins
+
+
+@pytest.mark.parametrize("dtype,hidden,joins", [("float32", 2048, True), ("float32", 2056, False),
+                                                ("float16", 4096, True), ("float16", 4112, False)])
+def test_shared_memory_budget_at_its_boundary(dtype, hidden, joins):
+    """BM_MIN = 4 rows of the operand must fit 32 KiB of shared memory: 4 x 2048 x 4 B, 4 x 4096 x 2 B."""
+    assert any(kind == "prologue" for kind, _ in _kinds(norm_then_gemm(hidden=hidden, dtype=dtype))) == joins
+
+
+@pytest.mark.parametrize("make", [lambda: narrow_mlp(), lambda: narrow_mlp(rows=77, hidden=192, columns=256),
+                                  lambda: attention(heads=8, seq=197, dim=128),
+                                  lambda: attention(heads=6, seq=77, dim=128, dtype="float16"),
+                                  lambda: narrow_mlp(rows=50, hidden=320, columns=96, dtype="float16")],
+                         ids=["mlp-gelu", "mlp-256", "head128", "head128-fp16", "mlp-gelu-fp16"])
+def test_prologue_kernel_builds_and_matches_serialized(make):
+    """The kernel lowers (a GELU epilogue reads its input twice) and, run thread-serialized on the
+    CPU, computes what its unscheduled function computes."""
+    target = tvm.target.Target("tvm_ext/h100")
+    with target:
+        fused = graph_passes("stitch", target)(make())
+    scheduled = _scheduled(make(), target)
+    rules = _stitch_rules(scheduled)
+    names = [n for n, r in rules.items() if r == "stitched+gemm_prologue"]
+    assert names and not [r for r in rules.values() if r == "fallback"], rules
+    for name in names:
+        check = compare_scheduled(fused[name], scheduled[name], inputs=call_inputs(fused, name))
+        assert check.ok, (name, check)
 
 
 def test_row_operand_read_on_a_batch_matmul():

@@ -138,3 +138,22 @@ def test_libcuda_stub_exports_every_driver_symbol(tmp_path):
     assert set(wanted) <= defined
     soname = subprocess.run(["objdump", "-p", str(stub)], capture_output=True, text=True, check=False).stdout
     assert "libcuda.so.1" in soname or not soname
+
+
+def test_a_broken_cuda_runtime_is_an_error_not_no_gpu(monkeypatch):
+    """No driver: no GPU. A driver whose TVM runtime fails: an error, so GPU tests fail instead of skipping."""
+    import tvm
+
+    from tvm_ext.errors import GpuRuntimeError
+    from tvm_ext.toolchain import cuda
+
+    monkeypatch.setattr(cuda, "driver_present", lambda: False)
+    assert cuda.gpu_available() is False
+
+    def broken(_index):
+        raise RuntimeError("CUDA: initialization error")
+
+    monkeypatch.setattr(cuda, "driver_present", lambda: True)
+    monkeypatch.setattr(tvm, "cuda", broken)
+    with pytest.raises(GpuRuntimeError, match="initialization error"):
+        cuda.gpu_available()

@@ -75,6 +75,10 @@ class AnalysisError(TvmExtError):
     """A tile, region or node set given to the analysis layer is invalid (wrong rank, unknown tensor, ...)."""
 
 
+class GpuRuntimeError(TvmExtError):
+    """A GPU machine's CUDA runtime is broken (the driver loads, TVM cannot use the device)."""
+
+
 class KernelCompileError(TvmExtError):
     """CUDA code cannot be compiled here.
 

@@ -6,7 +6,8 @@ One kernel, ``s_tir.Schedule`` primitives only:
 
 * elementwise prologue blocks other than ``P``'s producer are inlined into their consumers
   (``exp`` is recomputed by the sum and the normalization), layout blocks on ``V`` into ``C``;
-  ``C`` accumulates in a register (``cache_write``) and the epilogue is inlined into the
+  ``C`` accumulates in a register (``cache_write``); the epilogue's blocks but the last are inlined
+  into their consumers (a value read twice, as in GELU, is recomputed) and the last into the
   write-back (``reverse_compute_inline``), so the output is written once, in its final layout;
 * ``C``'s loops are ordered ``[rows.., columns.., k]``; the last row axis is split by the row
   tile ``BM``; the leading row axes and the tile index form ``blockIdx.x``; the tile's
@@ -194,8 +195,12 @@ def build_prologue_schedule(func: tirx.PrimFunc, tiles: PrologueTiles) -> tirx.P
             sch.compute_inline(block)
         c = sch.get_sblock(a.contraction)
         write_back = sch.cache_write(c, 0, "local")
-        for name in a.epilogue:
-            sch.reverse_compute_inline(sch.get_sblock(name))
+        # an epilogue may read a value twice (GELU's x * (1 + erf(x / sqrt 2)) / 2): every block but the
+        # last is inlined into its consumers (recomputed, elementwise), the last into the write-back
+        for name in a.epilogue[:-1]:
+            sch.compute_inline(sch.get_sblock(name))
+        if a.epilogue:
+            sch.reverse_compute_inline(sch.get_sblock(a.epilogue[-1]))
         loops = sch.get_loops(c)
         if len(loops) != len(a.extents):
             raise StitchScheduleError("the contraction's loops do not follow its iterators")

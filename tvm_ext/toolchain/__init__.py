@@ -9,13 +9,13 @@
 """
 from __future__ import annotations
 
-from .cuda import (cuda_root, find_cuda_root, gpu_available, nvcc_available, nvcc_path, nvcc_version, toolkit_env,
-                   use_toolkit)
+from .cuda import (cuda_root, driver_present, find_cuda_root, gpu_available, nvcc_available, nvcc_path, nvcc_version,
+                   toolkit_env, use_toolkit)
 from .export import export_library, has_cutlass_objects, link_options
 from .gencode import gencode_flags
 from .kernel_check import NvccResult, compile_cuda_source
 
 __all__ = [
-    "cuda_root", "find_cuda_root", "gpu_available", "nvcc_available", "nvcc_path", "nvcc_version", "toolkit_env",
+    "cuda_root", "driver_present", "find_cuda_root", "gpu_available", "nvcc_available", "nvcc_path", "nvcc_version", "toolkit_env",
     "use_toolkit", "export_library", "has_cutlass_objects", "link_options", "gencode_flags", "NvccResult", "compile_cuda_source",
 ]

@@ -16,6 +16,7 @@ TVM's ``tvm.support.nvcc`` runs whatever ``nvcc`` is on PATH and reads ``CUDA_PA
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import functools
 import logging
 import os
@@ -24,7 +25,7 @@ import subprocess
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
-from ..errors import TVM_ERRORS, KernelCompileError
+from ..errors import TVM_ERRORS, GpuRuntimeError, KernelCompileError
 
 _LOG = logging.getLogger(__name__)
 
@@ -104,14 +105,36 @@ def nvcc_version() -> str:
     return _version_of(nvcc_path())
 
 
+def driver_present() -> bool:
+    """Whether the NVIDIA driver library (``libcuda.so.1``) loads in this process."""
+    try:
+        ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return False
+    return True
+
+
 def gpu_available() -> bool:
-    """Whether a CUDA GPU can run kernels in this process (TVM's CUDA runtime loaded and a device found)."""
+    """Whether a CUDA GPU can run kernels in this process.
+
+    False when there is no driver, or the driver sees no device. A machine whose driver loads but
+    whose TVM CUDA runtime fails is broken, not GPU-less: that raises.
+
+    Raises
+    ------
+    GpuRuntimeError
+        The driver is present but TVM's CUDA runtime cannot query the device.
+    """
+    if not driver_present():
+        return False
     import tvm  # noqa: PLC0415 - the toolkit helpers above work without TVM
 
     try:
         return bool(tvm.cuda(0).exist)
-    except TVM_ERRORS:  # no CUDA runtime in this build / no driver
-        return False
+    except TVM_ERRORS as err:
+        raise GpuRuntimeError(f"the NVIDIA driver is installed but TVM's CUDA runtime fails: "
+                              f"{str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__}") \
+            from None
 
 
 def toolkit_env(env: Mapping[str, str], root: Path) -> dict[str, str]:

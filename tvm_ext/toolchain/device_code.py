@@ -22,7 +22,6 @@ On a machine with a driver no stand-in is needed (:func:`needs_libcuda_stub`).
 """
 from __future__ import annotations
 
-import ctypes
 import os
 import re
 import shutil
@@ -31,6 +30,7 @@ import subprocess
 import time
 from pathlib import Path
 
+from .cuda import driver_present
 from ..errors import KernelCompileError
 from .gencode import gencode_flags
 
@@ -45,11 +45,7 @@ NVCC_SECONDS: list[float] = []
 
 def needs_libcuda_stub() -> bool:
     """True when the NVIDIA driver library cannot be loaded here."""
-    try:
-        ctypes.CDLL("libcuda.so.1")
-    except OSError:
-        return True
-    return False
+    return not driver_present()
 
 
 def cuda_runtime_library() -> Path:
