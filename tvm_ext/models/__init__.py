@@ -14,6 +14,7 @@ import onnx
 from ..errors import TvmExtError
 from .bert import bert_layer
 from .small import conv_block, layernorm_model, mlp, softmax_model
+from .variants import VARIANTS
 
 #: Builders of every bundled model, by name. Each returns a checked ``onnx.ModelProto``.
 BUNDLED: dict[str, Callable[..., onnx.ModelProto]] = {
@@ -56,6 +57,6 @@ def write_bundled(path: str | Path | None = None) -> Path:
 
 
 __all__ = [
-    "BUNDLED", "BUNDLED_FILE", "get_model", "write_bundled",
+    "BUNDLED", "BUNDLED_FILE", "VARIANTS", "get_model", "write_bundled",
     "bert_layer", "mlp", "conv_block", "softmax_model", "layernorm_model",
 ]

@@ -61,6 +61,7 @@ def bert_layer(
     *,
     attention_mask: bool = True,
     dynamic: bool = False,
+    pre_norm: bool = False,
 ) -> onnx.ModelProto:
     """Build one BERT encoder layer.
 
@@ -77,6 +78,9 @@ def bert_layer(
         added to the attention scores before the softmax (0 keeps, large negative masks).
     dynamic : bool
         Declare batch and sequence as symbolic dims ``"batch"`` and ``"seq"``.
+    pre_norm : bool
+        A pre-LN layer (ViT, GPT-2): ``x1 = x + attention(LayerNorm(x))``,
+        ``output = x1 + mlp(LayerNorm(x1))``, where each layer norm feeds only its sublayer.
 
     Returns
     -------
@@ -106,9 +110,10 @@ def bert_layer(
         return g.op("Transpose", [g.op("Reshape", [t, split_shape], f"{name}_split")],
                     f"{name}_heads", perm=perm)
 
-    q = heads_of(_linear(g, x, hidden, hidden, "attention.query"), "query", [0, 2, 1, 3])
-    k_t = heads_of(_linear(g, x, hidden, hidden, "attention.key"), "key", [0, 2, 3, 1])
-    v = heads_of(_linear(g, x, hidden, hidden, "attention.value"), "value", [0, 2, 1, 3])
+    src = _layer_norm(g, x, hidden, "attention.LayerNorm") if pre_norm else x
+    q = heads_of(_linear(g, src, hidden, hidden, "attention.query"), "query", [0, 2, 1, 3])
+    k_t = heads_of(_linear(g, src, hidden, hidden, "attention.key"), "key", [0, 2, 3, 1])
+    v = heads_of(_linear(g, src, hidden, hidden, "attention.value"), "value", [0, 2, 1, 3])
 
     scores = g.op("MatMul", [q, k_t], "attention_scores")
     scores = g.op("Div", [scores, g.float_const("attention.scale", math.sqrt(head_dim))],
@@ -122,14 +127,20 @@ def bert_layer(
 
     attn_out = _linear(g, context, hidden, hidden, "attention.output.dense")
     attn_out = g.op("Add", [attn_out, x], "attention_residual")
-    h1 = _layer_norm(g, attn_out, hidden, "attention.output.LayerNorm")
+    if pre_norm:
+        h1, mlp_in = attn_out, _layer_norm(g, attn_out, hidden, "output.LayerNorm")
+    else:
+        h1 = mlp_in = _layer_norm(g, attn_out, hidden, "attention.output.LayerNorm")
 
-    inter = _gelu_erf(g, _linear(g, h1, hidden, intermediate, "intermediate.dense"))
+    inter = _gelu_erf(g, _linear(g, mlp_in, hidden, intermediate, "intermediate.dense"))
     ffn = _linear(g, inter, intermediate, hidden, "output.dense")
-    ffn = g.op("Add", [ffn, h1], "output_residual")
-    out = _layer_norm(g, ffn, hidden, "output.LayerNorm", out="output")
+    if pre_norm:
+        out = g.op("Add", [ffn, h1], "output")
+    else:
+        ffn = g.op("Add", [ffn, h1], "output_residual")
+        out = _layer_norm(g, ffn, hidden, "output.LayerNorm", out="output")
     g.output(out, [b_dim, s_dim, hidden])
     return g.model(
         f"BERT encoder layer: batch={b_dim} seq={s_dim} hidden={hidden} heads={heads} "
-        f"intermediate={intermediate} dtype={dtype} seed={seed} mask={attention_mask}"
+        f"intermediate={intermediate} dtype={dtype} seed={seed} mask={attention_mask} pre_norm={pre_norm}"
     )

@@ -1,0 +1,107 @@
+"""The kernel check of a preset's planned kernels: nvcc compiles them, and thread-serialized on the
+CPU they compute what their unscheduled functions compute (no GPU needed).
+
+For one module and target, the preset's graph and schedule stages run; every PrimFunc whose plan
+came from ``generator`` is code-generated (TIR pipeline ``"tvm_ext"``) and the CUDA compiled with
+nvcc for the target's arch; each is also run with its threads serialized against its unscheduled
+form (:mod:`tvm_ext.testing.thread_serial`). A planned kernel that fell back to dlight is a
+failure of the check. ``scripts/stitch_kernel_check.py`` runs it over the seed suite and the
+shape variants (:data:`tvm_ext.models.VARIANTS`); a test runs it over the variants.
+
+Example
+-------
+>>> result = check_planned_kernels(mod, tvm.target.Target("tvm_ext/h100"))
+>>> result.ok, result.kernels, result.kinds
+(True, 3, ['stitched', 'stitched+gemm_prologue'])
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import tvm
+
+from ..driver import preset_passes
+from ..select.attrs import planned_by
+from ..tir import PIPELINE_NAME
+from ..toolchain import compile_cuda_source
+from .thread_serial import call_inputs, compare_scheduled
+
+
+@dataclass
+class KernelCheck:
+    """What :func:`check_planned_kernels` found for one module and target.
+
+    Attributes
+    ----------
+    kernels : int
+        Planned kernels that were built from their plans.
+    rules : dict
+        Kernel -> its schedule rule (``"stitched"``, ``"stitched+grid_sync"``, ...).
+    fallbacks : dict
+        Planned kernels that fell back to dlight, with the reason.
+    arch : str
+        The arch nvcc compiled for ('' when there was nothing to compile).
+    cpu_mismatch : list of str
+        Kernels whose thread-serialized run differs from their unscheduled function.
+    cpu_max_abs_err : float
+        Largest absolute difference seen in the CPU comparison.
+    """
+
+    kernels: int = 0
+    rules: dict[str, str] = field(default_factory=dict)
+    fallbacks: dict[str, str] = field(default_factory=dict)
+    arch: str = ""
+    nvcc_seconds: float = 0.0
+    cpu_mismatch: list[str] = field(default_factory=list)
+    cpu_max_abs_err: float = 0.0
+
+    @property
+    def kinds(self) -> list[str]:
+        """The distinct schedule rules of the built kernels."""
+        return sorted(set(self.rules.values()))
+
+    @property
+    def ok(self) -> bool:
+        """No fallback and no CPU mismatch (nvcc failures raise)."""
+        return not self.fallbacks and not self.cpu_mismatch
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON-serialisable form."""
+        return {"kernels": self.kernels, "kinds": self.kinds, "rules": self.rules, "fallbacks": self.fallbacks, "arch": self.arch,
+                "nvcc_seconds": round(self.nvcc_seconds, 1), "cpu_mismatch": self.cpu_mismatch,
+                "cpu_max_abs_err": self.cpu_max_abs_err, "ok": self.ok}
+
+
+def check_planned_kernels(mod: tvm.IRModule, target: tvm.target.Target, *, preset: str = "stitch",
+                          generator: str = "stitch", cpu: bool = True) -> KernelCheck:
+    """Run the kernel check (see the module docstring) on ``mod`` for ``target``.
+
+    Raises
+    ------
+    KernelCompileError
+        nvcc rejects the generated CUDA.
+    """
+    with target:
+        stages = preset_passes(preset, target)
+        fused = tvm.transform.Sequential(stages.graph)(mod)
+        scheduled = tvm.transform.Sequential(stages.schedule)(fused)
+    rules = planned_by(scheduled, generator)
+    built = {name: scheduled[name].with_attr("global_symbol", name)
+             for name, rule in rules.items() if not rule.startswith("fallback")}
+    out = KernelCheck(kernels=len(built), rules={n: rules[n] for n in built},
+                      fallbacks={n: r for n, r in rules.items() if r.startswith("fallback")})
+    if built:
+        with target:
+            lib = tvm.tirx.build(tvm.IRModule(built), target=target, pipeline=PIPELINE_NAME)
+        result = compile_cuda_source(lib.imports[0].inspect_source(), target)
+        out.arch, out.nvcc_seconds = result.arch, result.seconds
+    if cpu:
+        checks = {name: compare_scheduled(fused[name], scheduled[name], inputs=call_inputs(fused, name))
+                  for name in built}
+        out.cpu_mismatch = sorted(name for name, c in checks.items() if not c.ok)
+        out.cpu_max_abs_err = max((c.max_abs_err for c in checks.values()), default=0.0)
+    return out
+
+
+__all__ = ["KernelCheck", "check_planned_kernels"]
