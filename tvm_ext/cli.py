@@ -5,6 +5,7 @@
     tvm-ext demo [--target tvm_ext/h100] [--preset baseline]
     tvm-ext compile model.onnx --target tvm_ext/h100 --preset baseline -o model.so [--shapes x=1x128] [--fp16]
     tvm-ext inspect model.onnx --target tvm_ext/h100 --preset baseline [--json]
+    tvm-ext compare model.onnx [--presets baseline,stitch,cutlass,full] [--fp16] [--html FILE]
     tvm-ext check model.onnx --preset baseline [--rtol 1e-4 --atol 1e-5]
     tvm-ext presets
     tvm-ext devices
@@ -169,6 +170,21 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_compare(args: argparse.Namespace) -> int:
+    from .inspect import compare
+
+    model = _model_path(args.model)
+    presets = [p.strip() for p in args.presets.split(",") if p.strip()]
+    if not presets:
+        raise UsageError("--presets names no preset")
+    result = _with_progress(presets, args.quiet, lambda step: compare(
+        model, presets, args.target, shapes=_shapes(args.shapes), fp16=args.fp16, progress=step))
+    if args.html:
+        Path(args.html).write_text(result._repr_html_())
+    print(json.dumps(result.to_json(), indent=2) if args.json else result.to_table())
+    return 0
+
+
 def _cmd_check(args: argparse.Namespace) -> int:
     from .testing.oracle import check_model
 
@@ -263,6 +279,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cuda", metavar="FILE", help="also write the generated CUDA source to FILE")
     p.set_defaults(func=_cmd_inspect)
 
+    p = sub.add_parser("compare", help="one table of several presets: launches, traffic, modelled time, compile time")
+    _add_model_options(p)
+    p.add_argument("--presets", default="baseline,stitch,cutlass,full",
+                   help="comma-separated presets (default baseline,stitch,cutlass,full)")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.add_argument("--html", metavar="FILE", help="also write the HTML view (table and bar chart) to FILE")
+    p.set_defaults(func=_cmd_compare)
+
     p = sub.add_parser("check", help="check the preset's CPU build against onnxruntime")
     _add_model_options(p, target=False)
     (rtol32, atol32), (rtol16, atol16) = tolerance_for("float32"), tolerance_for("float16")
@@ -296,7 +320,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
         if args.command is None:
-            raise UsageError("tvm-ext: a command is required (compile, inspect, check, presets, devices, bench, demo)")
+            raise UsageError("tvm-ext: a command is required "
+                             "(compile, inspect, compare, check, presets, devices, bench, demo)")
         logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, stream=sys.stderr,
                             format="%(levelname)s %(name)s: %(message)s")
         return int(args.func(args))

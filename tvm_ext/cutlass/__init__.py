@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from .b2b import B2bGemmWorkload
 from .b2b_conv import B2bConv2dWorkload
-from .candidates import candidates, heuristic_config
+from .candidates import candidates
 from .codegen import choose_config, codegen, instance_key
 from .config import KernelConfig
 from .epilogue import ACTIVATIONS, Epilogue
@@ -27,13 +27,14 @@ from .generator import CutlassGenerator, CutlassPlan
 from .padding import PadConvChannels, pad_conv_channels
 from .passes import PartitionForCutlass, convert_conv_to_nhwc, offload_passes
 from .patterns import CODEGEN_NAME, cutlass_patterns, partition_for_cutlass
+from .pricing import cheapest_config, describe
 from .records import best_config, cutlass_record, dtype_key
 from .workload import Conv2dWorkload, GemmWorkload, Workload, workload_from_function
 
 __all__ = [
-    "ACTIVATIONS", "B2bConv2dWorkload", "B2bGemmWorkload", "CODEGEN_NAME", "Conv2dWorkload", "CutlassCodegenError",
+    "ACTIVATIONS", "B2bConv2dWorkload", "cheapest_config", "describe", "B2bGemmWorkload", "CODEGEN_NAME", "Conv2dWorkload", "CutlassCodegenError",
     "CutlassGenerator", "CutlassPlan", "CutlassSetupError", "Epilogue", "GemmWorkload", "KernelConfig",
     "PadConvChannels", "PartitionForCutlass", "Workload", "best_config", "candidates", "choose_config", "codegen",
-    "convert_conv_to_nhwc", "cutlass_patterns", "cutlass_record", "dtype_key", "heuristic_config", "instance_key",
+    "convert_conv_to_nhwc", "cutlass_patterns", "cutlass_record", "dtype_key", "instance_key",
     "offload_passes", "pad_conv_channels", "partition_for_cutlass", "workload_from_function",
 ]

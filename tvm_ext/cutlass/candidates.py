@@ -1,4 +1,4 @@
-"""Pruned template candidates per architecture, and the heuristic default without a database.
+"""Pruned template candidates per architecture (the search space of a CUTLASS workload).
 
 Candidate lists follow Bolt's guidelines (MLSys'22 §3.2.2): the largest warp tiles that fit the
 register file, 4 or 8 warps per threadblock, small threadblocks for small problems, shared
@@ -8,11 +8,8 @@ SMs but K is long. Split-K and the batch count are runtime arguments of a compil
 Hopper (sm_90a) adds CUTLASS 3.x TMA + warp-group-MMA kernels when every operand is 16-byte
 aligned.
 
-Heuristic default (:func:`heuristic_config`), used when the database has no entry: score each
-candidate by ``tile_util * wave_eff * min(1, intensity / 64)`` and take the best, where
-``tile_util`` is the useful fraction of the padded M x N tile grid, ``wave_eff`` the fraction
-of the last wave of CTAs that does work (``tiles / (ceil(tiles / SMs) * SMs)``), and
-``intensity = tbM * tbN / (tbM + tbN)`` the per-CTA operand reuse. Ties prefer fewer stages.
+Which candidate is used is decided by the cost interface: the fastest measured configuration,
+else the one the cost model prices lowest (:func:`tvm_ext.cutlass.pricing.cheapest_config`).
 """
 from __future__ import annotations
 
@@ -104,27 +101,3 @@ def candidates(wl: Workload, arch: str, device: DeviceSpec) -> list[KernelConfig
                     out.append(KernelConfig(API_2X, tb, warps, (16, 8, 16), stages, swizzle=swizzles[0],
                                             split_k=split, alignment=align))
     return out
-
-
-def score(wl: Workload, cfg: KernelConfig, device: DeviceSpec) -> float:
-    """Heuristic quality of a candidate (higher is better); see the module docstring."""
-    m, n, _ = wl.gemm_mnk
-    tbm, tbn, _ = cfg.threadblock
-    batch = wl.batch
-    tiles_m, tiles_n = math.ceil(m / tbm), math.ceil(n / tbn)
-    tiles = tiles_m * tiles_n * batch * cfg.split_k
-    util = (m / (tiles_m * tbm)) * (n / (tiles_n * tbn))
-    wave_eff = tiles / (math.ceil(tiles / device.sm_count) * device.sm_count)
-    intensity = tbm * tbn / (tbm + tbn)
-    value = util * wave_eff * min(1.0, intensity / 64.0)
-    if cfg.api == API_3X:
-        value *= 1.5  # TMA + wgmma kernels reach a higher fraction of Hopper's peak than Sm80 mma.sync
-    return value - 1e-4 * cfg.stages - 1e-3 * (cfg.split_k - 1)
-
-
-def heuristic_config(wl: Workload, arch: str, device: DeviceSpec) -> KernelConfig:
-    """The documented default when no measurement exists (raises ValueError if no candidate)."""
-    cands = candidates(wl, arch, device)
-    if not cands:
-        raise ValueError(f"no CUTLASS candidate for {wl.key()} on {arch}")
-    return max(cands, key=lambda c: score(wl, c, device))

@@ -29,7 +29,7 @@ from ..errors import UnknownDeviceError
 from ..hardware import DeviceSpec, device_from_target, load_device
 from ..select.database import Database
 from ..select.plan import PlanError, plan_of
-from .candidates import arch_number, heuristic_config
+from .candidates import arch_number
 from .config import API_3X, KernelConfig
 from .emit_b2b import b2b_candidates, emit_b2b_conv2d, emit_b2b_gemm
 from .emit_conv import emit_conv2d
@@ -37,6 +37,7 @@ from .emit_gemm import emit_gemm
 from .errors import CutlassCodegenError
 from .nvcc import cache_dir, compile_many, link_relocatable
 from .patterns import CODEGEN_NAME
+from .pricing import cheapest_config
 from .records import best_config
 from .wrapper import compile_glue, emit_glue
 from .workload import Offload, workload_from_function
@@ -80,9 +81,9 @@ def device_for(arch: str, device: str | None = None) -> DeviceSpec:
 
 
 def choose_config(wl, arch: str, device: DeviceSpec, database: Database | None) -> tuple[KernelConfig, bool]:
-    """The fastest configuration measured on ``device`` that builds for ``arch``, else the
-    heuristic default (a back-to-back pair: its first register-file variant); also whether it
-    came from a measurement."""
+    """The fastest configuration measured on ``device`` that builds for ``arch``, else the one the
+    analytic cost model prices lowest (a back-to-back pair: its first register-file variant);
+    also whether it came from a measurement."""
     measured = best_config(database, wl, device.name, arch)
     if measured is not None:
         return measured[0], True
@@ -91,7 +92,7 @@ def choose_config(wl, arch: str, device: DeviceSpec, database: Database | None) 
         if not cands:
             raise CutlassCodegenError(f"no back-to-back configuration for {wl.key()}")
         return cands[0], False
-    return heuristic_config(wl, arch, device), False
+    return cheapest_config(wl, arch, device)[0], False
 
 
 def instance_key(wl, cfg: KernelConfig) -> str:

@@ -19,25 +19,26 @@ Example
 from __future__ import annotations
 
 import logging
-import math
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import tvm
-import tvm_ffi
 from tvm import relax
 
 from ..select.attrs import GENERATOR_ATTR, PLAN_ATTR
-from ..select.candidate import Candidate, CodePath, LaunchShape
+from ..select.candidate import Candidate
 from ..select.context import SelectionContext
 from ..select.database import default_database
 from ..select.generator import register_generator
+from ..select.origin import trace_partition
 from ..select.plan import plan_to_text
 from .codegen import choose_config, device_for
-from .config import API_3X, KernelConfig
+from .config import KernelConfig
 from .passes import b2b_pattern_source, codegen_options, offload_reason, prepare_passes, target_arch
 from .patterns import CODEGEN_NAME, OP_KINDS, cutlass_patterns
-from .workload import Offload, composite_function, workload_from_function
+from .pricing import describe
+from .records import workload_dtype
+from .workload import workload_from_function
 
 logger = logging.getLogger(__name__)
 
@@ -74,62 +75,9 @@ class CutlassPlan:
         """One line for reports."""
         return f"cutlass {self.composite} {self.config.name()}"
 
-
-def launch_of(off: Offload, cfg: KernelConfig) -> LaunchShape:
-    """Grid and block of one CUTLASS launch: output tiles (x split-K slices) of the first GEMM."""
-    m, n, _ = off.workload.gemm_mnk
-    tbm, tbn, tbk = cfg.threadblock
-    grid = math.ceil(m / tbm) * math.ceil(n / tbn) * off.workload.batch * cfg.split_k
-    stages = max(cfg.stages, 1)
-    shared = stages * (tbm + tbn) * tbk * 2
-    threads = 384 if cfg.api == API_3X else cfg.threads
-    return LaunchShape(grid=grid, threads=threads, shared_bytes=shared)
-
-
-def _same_value(pattern_value, origin_value, mapping: dict) -> bool:
-    """Whether a composite's call, its variables replaced by ``mapping``, is ``origin_value``."""
-    if not (isinstance(pattern_value, relax.Call) and isinstance(origin_value, relax.Call)):
-        return False
-    if not pattern_value.op.same_as(origin_value.op) or len(pattern_value.args) != len(origin_value.args):
-        return False
-    for a, b in zip(pattern_value.args, origin_value.args):
-        a = mapping.get(a, a)
-        if not (a.same_as(b) or (isinstance(a, tvm.ir.Constant) and tvm_ffi.structural_equal(a, b))):
-            return False
-    return tvm_ffi.structural_equal(pattern_value.attrs, origin_value.attrs)
-
-
-@dataclass(frozen=True)
-class _Site:
-    """One call of a partitioned ``Codegen`` function (identical composites share one function)."""
-
-    outer: relax.Function
-    args: list
-
-    def origin_vars(self, by_op: dict, claimed: set) -> list | None:
-        """The pre-legalization variables the composite's calls compute at this site, in order:
-        each call is matched with its parameters bound to this site's arguments and its earlier
-        calls to the variables already matched; None if some call has no match."""
-        _, inner = composite_function(self.outer)
-        to_outer = dict(zip(inner.params, self.outer.params))
-        for block in self.outer.body.blocks:
-            for binding in block.bindings:
-                if isinstance(binding.value, relax.Call) and not isinstance(binding.value.op, tvm.ir.Op):
-                    to_outer = dict(zip(inner.params, binding.value.args))
-        outer_to_site = dict(zip(self.outer.params, self.args))
-        mapping = {p: outer_to_site.get(v, v) for p, v in to_outer.items()}
-        found = []
-        for blk in inner.body.blocks:
-            for b in blk.bindings:
-                if not (isinstance(b.value, relax.Call) and isinstance(b.value.op, tvm.ir.Op)):
-                    return None
-                match = next((o for o in by_op.get(b.value.op.name, ())
-                              if o.var not in claimed and _same_value(b.value, o.value, mapping)), None)
-                if match is None:
-                    return None
-                mapping[b.var] = match.var
-                found.append(match.var)
-        return found
+    def measured_config(self) -> dict[str, Any]:
+        """What a measurement of this kernel is keyed by: the template configuration."""
+        return self.config.to_dict()
 
 
 class CutlassGenerator:
@@ -179,54 +127,38 @@ class CutlassGenerator:
         arch = target_arch(ctx.target)
         device = device_for(arch, ctx.device.name)
         database = default_database()
-        by_op: dict[str, list] = {}
-        for block in ctx.origin.body.blocks:
-            for b in block.bindings:
-                if isinstance(b.value, relax.Call) and isinstance(b.value.op, tvm.ir.Op):
-                    by_op.setdefault(b.value.op.name, []).append(b)
-        claimed: set = set()
+        is_group = lambda f: f.attrs is not None and f.attrs.get("Codegen") == CODEGEN_NAME  # noqa: E731
         out = []
-        for block in part[ctx.func_name].body.blocks:
-            for binding in block.bindings:
-                value = binding.value
-                if not (isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.GlobalVar)):
-                    continue
-                outer = part[value.op]
-                if outer.attrs is None or outer.attrs.get("Codegen") != CODEGEN_NAME:
-                    continue
-                site = _Site(outer, list(value.args))
-                cand = self._candidate(ctx, site, by_op, claimed, arch, device, database)
-                if cand is not None:
-                    out.append(cand)
+        for outer, args, found in trace_partition(part, ctx.func_name, ctx.origin, is_group):
+            cand = self._candidate(ctx, outer, args, found, arch, device, database)
+            if cand is not None:
+                out.append(cand)
         return out
 
-    def _candidate(self, ctx, site: "_Site", by_op, claimed: set, arch, device, database) -> Candidate | None:
-        symbol = str(site.outer.attrs["global_symbol"])
-        matched = site.origin_vars(by_op, claimed)
-        if matched is None:
-            ctx.drop(self.name, (), f"{symbol}: its calls are not all in the function")
-            return None
-        nodes = [n for n in (ctx.node_of_var(v) for v in matched) if n is not None]
+    def _candidate(self, ctx, outer, args, found, arch, device, database) -> Candidate | None:
+        symbol = str(outer.attrs["global_symbol"])
+        nodes = [n for n in (ctx.node_of_var(v) for v in found) if n is not None]
         if not nodes or not ctx.graph.is_convex(nodes):
             ctx.drop(self.name, nodes, f"{symbol}: no convex node set")
             return None
-        claimed.update(matched)
-        off = workload_from_function(site.outer)
-        cfg, _ = choose_config(off.workload, arch, device, database)
-        plan = CutlassPlan(off.composite, cfg, arch, off.workload.key())
-        key = f"{symbol}@{ctx.graph.nodes[nodes[-1]].name}"
-        ctx.memo(("cutlass-call", key), lambda: (site.outer, site.args))
-        path = CodePath.WGMMA if cfg.api == API_3X else CodePath.MMA_SYNC
-        return Candidate.of(ctx.graph, nodes, plan, launch=launch_of(off, cfg), code_path=path,
-                            provenance=f"CUTLASS pattern {off.composite}", key=key)
+        offload = workload_from_function(outer)
+        wl = offload.workload
+        cfg, _ = choose_config(wl, arch, device, database)
+        plan = CutlassPlan(offload.composite, cfg, arch, wl.key())
+        ctx.memo(("cutlass-call", ctx.ordered(nodes)), lambda: (outer, args))
+        kernel = describe(wl, cfg)
+        return Candidate.of(ctx.graph, nodes, plan, launch=kernel.launch, code_path=kernel.code_path,
+                            global_bytes=kernel.global_bytes, unique_bytes=kernel.unique_bytes,
+                            provenance=f"CUTLASS pattern {plan.composite}", key=wl.key(),
+                            record_dtype=workload_dtype(wl))
 
     def library_call(self, candidate: Candidate, ctx: SelectionContext) -> tuple[relax.Function, list]:
         """The candidate's ``Codegen`` function, carrying its plan, and the call's arguments."""
-        outer, args = ctx.memo(("cutlass-call", candidate.key), lambda: None)
+        outer, args = ctx.memo(("cutlass-call", candidate.nodes), lambda: None)
         function = outer.with_attr(PLAN_ATTR, plan_to_text(candidate.plan)).with_attr(GENERATOR_ATTR, self.name)
         return function, list(args)
 
 
 register_generator(CutlassGenerator())
 
-__all__ = ["CutlassGenerator", "CutlassPlan", "launch_of"]
+__all__ = ["CutlassGenerator", "CutlassPlan"]

@@ -26,12 +26,13 @@ from typing import Any, ClassVar
 
 import tvm
 import tvm_ffi
-from tvm import tirx
+from tvm import relax, tirx
 
 from ..hardware import DeviceSpec
 from ..select.candidate import Candidate, CodePath
 from ..select.context import SelectionContext
-from ..select.generator import ScheduledKernel, register_generator
+from ..select.generator import ScheduledKernel, get_generator, register_generator
+from ..select.origin import trace_partition
 from ..select.groups import compute_groups
 from ..select.launch import launch_shape
 from .rules import apply_rules, mark_dlight
@@ -51,7 +52,8 @@ class DlightPlan:
     rule : str
         Class name of the dlight rule (``"Matmul"``, ``"Reduction"``, ``"Fallback"``, ...).
     group : str
-        ``"single"`` or ``"compute"`` (a compute node with its epilogue).
+        ``"single"``, ``"compute"`` (a compute node with its epilogue) or ``"fuseops"`` (a group
+        TVM's ``FuseOps`` forms).
     """
 
     generator: ClassVar[str] = "dlight"
@@ -65,7 +67,8 @@ class DlightPlan:
 
     def summary(self) -> str:
         """One line for reports."""
-        return f"dlight {self.rule}" + (" (compute + epilogue)" if self.group == "compute" else "")
+        return f"dlight {self.rule}" + {"compute": " (compute + epilogue)", "fuseops": " (FuseOps group)"}.get(
+            self.group, "")
 
 
 def uses_tensor_cores(func: tirx.PrimFunc) -> bool:
@@ -116,7 +119,7 @@ class DlightGenerator:
 
         plan_, launch, path = ctx.memo(key, plan)
         return Candidate.of(ctx.graph, members, plan_, launch=launch, code_path=path, provenance=provenance,
-                            key=repr(key[1]))
+                            key=ctx.kernel_key(members, plan_))
 
     def schedule(self, func: tirx.PrimFunc, plan: DlightPlan, device: DeviceSpec) -> ScheduledKernel:
         """Apply the plan's rule (the next rule in dlight's order if it raises, reported)."""
@@ -126,6 +129,38 @@ class DlightGenerator:
         return ScheduledKernel(scheduled, rule=outcome.rule)
 
 
-register_generator(DlightGenerator())
+class FuseOpsGroups:
+    """TVM's own fusion as candidates: the groups ``FuseOps`` forms, each scheduled by dlight.
 
-__all__ = ["DlightGenerator", "DlightPlan", "uses_tensor_cores"]
+    With them a cost-based selector can always fall back to exactly the kernels the baseline
+    builds, so its modelled cost never exceeds the baseline's. Groups are traced back to the
+    graph's nodes by matching their calls (:func:`tvm_ext.select.origin.match_calls`); their
+    plans are :class:`DlightPlan` (``group="fuseops"``), built by the dlight generator.
+    """
+
+    name = "fuseops"
+    kernel_kind = "tir"
+    verify_lowering = False
+
+    def prepare_passes(self, target: tvm.target.Target) -> list:  # noqa: D102 - protocol
+        return []
+
+    def plan_from_json(self, data: dict[str, Any]) -> DlightPlan:  # noqa: D102 - protocol
+        return DlightGenerator().plan_from_json(data)
+
+    def candidates(self, ctx: SelectionContext) -> list[Candidate]:
+        """One candidate per group of two or more nodes ``FuseOps`` makes of the function."""
+        fused = relax.transform.FuseOps()(tvm.IRModule(dict(ctx.mod.functions_items())))
+        is_group = lambda f: f.attrs is not None and "Primitive" in f.attrs  # noqa: E731
+        out = []
+        for _, _, found in trace_partition(fused, ctx.func_name, ctx.mod[ctx.func_name], is_group):
+            nodes = [n for n in (ctx.node_of_var(v) for v in found) if n is not None]
+            if len(nodes) >= 2 and ctx.graph.is_convex(nodes):
+                out.append(get_generator("dlight").candidate(ctx, nodes, "fuseops", "TVM FuseOps group"))
+        return out
+
+
+register_generator(DlightGenerator())
+register_generator(FuseOpsGroups())
+
+__all__ = ["DlightGenerator", "DlightPlan", "FuseOpsGroups", "uses_tensor_cores"]

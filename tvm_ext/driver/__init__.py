@@ -12,10 +12,10 @@ from .apply_plans import ApplyPlans
 from .pipeline import compile, load_module, register_pipelines, register_preset_pipeline  # noqa: A004
 from .presets import (DEFAULT_PRESET, Preset, active_preset, get_preset, list_presets, register_builtin_presets,
                       register_preset, use_preset)
-from .stages import (CUDA_GRAPH_CONFIG, StagedBuild, StagePasses, build, graph_passes, preset_passes,
+from .stages import (CUDA_GRAPH_CONFIG, StagedBuild, StagePasses, build, cost_model, graph_passes, preset_passes,
                      preset_pipeline)
 
 __all__ = ["ApplyPlans", "CUDA_GRAPH_CONFIG", "DEFAULT_PRESET", "Preset", "StagePasses", "StagedBuild",
-           "active_preset", "build", "compile", "get_preset", "graph_passes", "list_presets", "load_module",
+           "active_preset", "build", "compile", "cost_model", "get_preset", "graph_passes", "list_presets", "load_module",
            "preset_passes", "preset_pipeline", "register_builtin_presets", "register_pipelines",
            "register_preset", "register_preset_pipeline", "use_preset"]

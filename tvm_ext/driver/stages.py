@@ -86,13 +86,24 @@ def _selector(preset: Preset):
     return PrioritySelector()
 
 
-def _cost_model(preset: Preset):
-    if preset.selector != "blp":
-        return None
+def cost_model(preset: Preset):
+    """The cost model a preset's selection and report use (measured, learned, analytic)."""
     from ..select.analytic import AnalyticCostModel
     from ..select.measured import MeasuredCostModel
 
-    return MeasuredCostModel(AnalyticCostModel())
+    return MeasuredCostModel(AnalyticCostModel(cuda_graph=preset.cuda_graph))
+
+
+@tvm.transform.module_pass(opt_level=0, name="tvm_ext.WithCudaGraph")
+class WithCudaGraph:
+    """Run ``passes`` with :data:`CUDA_GRAPH_CONFIG` set (TVM's ``RewriteCUDAGraph`` reads it)."""
+
+    def __init__(self, passes: list):
+        self.passes = list(passes)
+
+    def transform_module(self, mod: tvm.IRModule, ctx) -> tvm.IRModule:  # noqa: D102 - pass protocol
+        with cuda_graph_context(True):
+            return tvm.transform.Sequential(self.passes)(mod)
 
 
 def generators_for(preset: Preset, target: tvm.target.Target) -> list[str]:
@@ -114,7 +125,8 @@ def preset_passes(preset: str | Preset, target: tvm.target.Target) -> StagePasse
         gens = [get_generator(g) for g in names]
         prepare = [ps for g in gens for ps in g.prepare_passes(plan_target)]
         codegen = [ps for g in gens if g.kernel_kind == "library" for ps in g.codegen_passes(plan_target)]
-        select = SelectKernels(names, _selector(p), device, plan_target, _cost_model(p))
+        select = SelectKernels(names, _selector(p), device, plan_target,
+                               cost_model(p) if p.selector == "blp" else None)
         rest = fuse_ops if p.rest == "fuseops" else []
         fuse = prepare + dispatch + [RecordOrigin()] + legal + [select] + codegen + rest
         fuse_tir = [FuseTIRKeepPlans()]
@@ -125,7 +137,7 @@ def preset_passes(preset: str | Preset, target: tvm.target.Target) -> StagePasse
 
     schedule = [ApplyPlans(device_from_target(target), target), SafeDefaultSchedule()]
     lower = list(cuda.dataflow_lower_passes(target)) + list(cuda.finalize_passes(target))
-    return StagePasses(fuse, fuse_tir, schedule, lower)
+    return StagePasses(fuse, fuse_tir, schedule, [WithCudaGraph(lower)] if p.cuda_graph else lower)
 
 
 def preset_pipeline(preset: str | Preset, target: tvm.target.Target) -> tvm.transform.Pass:
@@ -230,7 +242,7 @@ def build(mod: tvm.IRModule, target: tvm.target.Target, preset: str | Preset = "
     """
     p = get_preset(preset)
     seconds: dict[str, float] = {}
-    with cuda_graph_context(cuda_graph), target:
+    with cuda_graph_context(cuda_graph or p.cuda_graph), target:
         stages = preset_passes(p, target)
         start = time.perf_counter()
         fused_ops = _run(stages.fuse, mod, f"tvm_ext.{p.name}.graph.fuse")
@@ -250,5 +262,6 @@ def build(mod: tvm.IRModule, target: tvm.target.Target, preset: str | Preset = "
                        scheduled=scheduled, lowered=lowered, executable=executable, stage_seconds=seconds)
 
 
-__all__ = ["CUDA_GRAPH_CONFIG", "StagePasses", "StagedBuild", "build", "cuda_graph_context", "generators_for",
+__all__ = ["CUDA_GRAPH_CONFIG", "StagePasses", "StagedBuild", "WithCudaGraph", "build", "cost_model",
+           "cuda_graph_context", "generators_for",
            "graph_passes", "preset_passes", "preset_pipeline", "snapshot"]

@@ -13,7 +13,10 @@ Rules a device file must follow:
   ``memory_levels.<level>.<field>``), and ``sources`` names no field that does not exist;
 * numbers are YAML numbers (PyYAML reads ``3.35e12`` as a string: write ``3.35e+12``);
 * the memory levels are exactly ``register``, ``shared``, ``l2``, ``dram``, fastest first,
-  and agree with the scalar fields they repeat (capacities, DRAM bandwidth).
+  and agree with the scalar fields they repeat (capacities, DRAM bandwidth);
+* ``cost_model`` holds the constants of the analytic cost model (:data:`COST_FLOAT_FIELDS`,
+  :data:`COST_INT_FIELDS`, ``simt_peak_flops.<dtype>`` and ``efficiency.<code path>``), each with
+  a source; a constant nobody publishes is cited as ``"assumed: <reason>"``.
 """
 from __future__ import annotations
 
@@ -52,7 +55,15 @@ SOURCED_STR_FIELDS: tuple[str, ...] = ("arch", "compute_capability")
 #: Fields that need no source.
 UNSOURCED_FIELDS: tuple[str, ...] = ("name", "full_name")
 OPTIONAL_FIELDS: tuple[str, ...] = ("notes",)
-MAPPING_FIELDS: tuple[str, ...] = ("peak_flops", "memory_levels", "sources")
+MAPPING_FIELDS: tuple[str, ...] = ("peak_flops", "memory_levels", "cost_model", "sources")
+
+#: Real-valued constants of the analytic cost model (``cost_model.<field>``).
+COST_FLOAT_FIELDS: tuple[str, ...] = ("launch_overhead_s", "launch_overhead_graph_s", "grid_sync_s", "dram_latency_s",
+                                      "dram_efficiency")
+COST_INT_FIELDS: tuple[str, ...] = ("bytes_in_flight_per_thread",)
+#: Code paths every device prices; ``wgmma`` only exists on devices that have it.
+CODE_PATHS_REQUIRED: tuple[str, ...] = ("simt", "mma_sync")
+CODE_PATHS_OPTIONAL: tuple[str, ...] = ("wgmma",)
 
 #: Memory levels every device describes, fastest first, with their TVM storage scope.
 LEVEL_SCOPES: dict[str, str] = {"register": "local", "shared": "shared", "l2": "global", "dram": "global"}
@@ -155,6 +166,41 @@ def _parse_peaks(path: Path, raw: Any) -> dict[str, float]:
     return peaks
 
 
+def _fraction(path: Path, field: str, value: Any) -> float:
+    out = _get_float(path, field, value)
+    if out > 1.0:
+        raise _fail(path, field, f"a fraction must be at most 1, got {out}")
+    return out
+
+
+def _parse_cost_model(path: Path, raw: Any) -> dict[str, Any]:
+    if not isinstance(raw, Mapping):
+        raise _fail(path, "cost_model", f"expected a mapping, got {type(raw).__name__}")
+    known = set(COST_FLOAT_FIELDS + COST_INT_FIELDS + ("simt_peak_flops", "efficiency"))
+    missing = [key for key in sorted(known) if key not in raw]
+    if missing:
+        raise _fail(path, "cost_model", f"missing {', '.join(missing)}")
+    unknown = sorted(str(key) for key in set(raw) - known)
+    if unknown:
+        raise _fail(path, "cost_model", f"unknown key(s) {', '.join(unknown)}")
+    out: dict[str, Any] = {key: _get_float(path, f"cost_model.{key}", raw[key]) for key in COST_FLOAT_FIELDS}
+    out["dram_efficiency"] = _fraction(path, "cost_model.dram_efficiency", raw["dram_efficiency"])
+    out.update({key: _get_int(path, f"cost_model.{key}", raw[key]) for key in COST_INT_FIELDS})
+    simt = raw["simt_peak_flops"]
+    if not isinstance(simt, Mapping) or not all(d in simt for d in REQUIRED_DTYPES):
+        raise _fail(path, "cost_model.simt_peak_flops", f"expected a mapping with {', '.join(REQUIRED_DTYPES)}")
+    out["simt_peak_flops"] = {str(d).lower(): _get_float(path, f"cost_model.simt_peak_flops.{d}", v)
+                              for d, v in simt.items()}
+    eff = raw["efficiency"]
+    if not isinstance(eff, Mapping) or not all(p in eff for p in CODE_PATHS_REQUIRED):
+        raise _fail(path, "cost_model.efficiency", f"expected a mapping with {', '.join(CODE_PATHS_REQUIRED)}")
+    extra = sorted(str(p) for p in set(eff) - set(CODE_PATHS_REQUIRED + CODE_PATHS_OPTIONAL))
+    if extra:
+        raise _fail(path, "cost_model.efficiency", f"unknown code path(s) {', '.join(extra)}")
+    out["efficiency"] = {str(p): _fraction(path, f"cost_model.efficiency.{p}", v) for p, v in eff.items()}
+    return out
+
+
 def _parse_sources(path: Path, raw: Any, needed: list[str]) -> dict[str, str]:
     if not isinstance(raw, Mapping):
         raise _fail(path, "sources", f"expected a mapping field -> document, got {type(raw).__name__}")
@@ -206,6 +252,10 @@ def required_sources(cfg: Mapping[str, Any]) -> list[str]:
     keys += [f"peak_flops.{dtype}" for dtype in cfg["peak_flops"]]
     for level in cfg["memory_levels"]:
         keys += [f"memory_levels.{level['name']}.{key}" for key in LEVEL_INT_FIELDS + LEVEL_FLOAT_FIELDS]
+    cost = cfg["cost_model"]
+    keys += [f"cost_model.{key}" for key in COST_FLOAT_FIELDS + COST_INT_FIELDS]
+    keys += [f"cost_model.simt_peak_flops.{dtype}" for dtype in cost["simt_peak_flops"]]
+    keys += [f"cost_model.efficiency.{code_path}" for code_path in cost["efficiency"]]
     return keys
 
 
@@ -257,6 +307,7 @@ def validate_device_config(raw: Any, path: Path) -> dict[str, Any]:
             raise _fail(path, key, "must be positive")
     cfg["peak_flops"] = _parse_peaks(path, raw["peak_flops"])
     cfg["memory_levels"] = _parse_levels(path, raw["memory_levels"])
+    cfg["cost_model"] = _parse_cost_model(path, raw["cost_model"])
     cfg["sources"] = _parse_sources(path, raw["sources"], required_sources(cfg))
     notes = raw.get("notes", "")
     if not isinstance(notes, str):

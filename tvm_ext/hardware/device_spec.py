@@ -101,6 +101,39 @@ class MemoryLevel:
 
 
 @dataclass(frozen=True)
+class CostConstants:
+    """Constants of the analytic cost model (``cost_model`` in a device file; each cites a source,
+    or says ``assumed`` and why).
+
+    Attributes
+    ----------
+    launch_overhead_s, launch_overhead_graph_s : float
+        Cost of one kernel launch from a stream, and from a CUDA graph replay.
+    grid_sync_s : float
+        One in-kernel grid barrier.
+    dram_latency_s : float
+        Latency of a global load that misses L2 (bounds the bandwidth of small grids).
+    bytes_in_flight_per_thread : int
+        Bytes one resident thread keeps in flight in a streaming kernel.
+    dram_efficiency : float
+        Fraction of the DRAM bandwidth a streaming kernel sustains.
+    simt_peak_flops : Mapping
+        CUDA-core peak FLOP/s per dtype (no tensor cores).
+    efficiency : Mapping
+        Code path (``simt``, ``mma_sync``, ``wgmma``) -> fraction of its peak a kernel sustains.
+    """
+
+    launch_overhead_s: float
+    launch_overhead_graph_s: float
+    grid_sync_s: float
+    dram_latency_s: float
+    bytes_in_flight_per_thread: int
+    dram_efficiency: float
+    simt_peak_flops: Mapping[str, float]
+    efficiency: Mapping[str, float]
+
+
+@dataclass(frozen=True)
 class DeviceSpec:
     """Everything planning needs to know about one GPU model (see ``tvm_ext/hardware/devices/*.yaml``).
 
@@ -137,6 +170,7 @@ class DeviceSpec:
     clock_hz: float
     peak_flops: Mapping[str, float]
     memory_levels: tuple[MemoryLevel, ...]
+    cost: CostConstants
     sources: Mapping[str, str]
     notes: str = ""
     path: str = field(default="", compare=False)
@@ -224,9 +258,13 @@ def _load_cached(path: str, mtime_ns: int, size: int) -> DeviceSpec:
         raise DeviceConfigError(f"{file}: not valid YAML: {err}") from err
     cfg = validate_device_config(raw, file)
     levels = tuple(MemoryLevel(**level) for level in cfg.pop("memory_levels"))
+    cost = cfg.pop("cost_model")
+    cost = CostConstants(**{**cost, "simt_peak_flops": FrozenMap(cost["simt_peak_flops"]),
+                            "efficiency": FrozenMap(cost["efficiency"])})
     return DeviceSpec(
         **{key: value for key, value in cfg.items() if key not in ("peak_flops", "sources")},
         peak_flops=FrozenMap(cfg["peak_flops"]),
+        cost=cost,
         sources=FrozenMap(cfg["sources"]),
         memory_levels=levels,
         path=str(file),

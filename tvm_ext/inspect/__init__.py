@@ -9,13 +9,16 @@ Example
 """
 from __future__ import annotations
 
+from .compare import Comparison, compare
 from .fallback import DLIGHT_FALLBACK_REASON, FallbackOp, find_fallbacks
 from .kernels import (KernelLaunches, cuda_source, device_kernels, extern_calls, global_kernel_names,
                       kernel_launches, kernel_source, library_kernels, primfunc_calls)
-from .report import GroupInfo, Report, group_instances, inspect, report_from_stages
+from .pictures import graph_svg, kernel_chart_svg
+from .report import GroupInfo, Report, group_instances, inspect, price_launches, report_from_stages
 
 __all__ = [
-    "DLIGHT_FALLBACK_REASON", "FallbackOp", "GroupInfo", "KernelLaunches", "Report", "cuda_source",
+    "Comparison", "DLIGHT_FALLBACK_REASON", "FallbackOp", "GroupInfo", "compare", "graph_svg", "kernel_chart_svg",
+    "price_launches", "KernelLaunches", "Report", "cuda_source",
     "device_kernels", "extern_calls", "find_fallbacks", "global_kernel_names", "group_instances", "inspect",
     "kernel_launches", "kernel_source", "library_kernels", "primfunc_calls", "report_from_stages",
 ]

@@ -56,7 +56,7 @@ class DemoResult:
         else:
             lines.append("no CUDA GPU here: latency not measured on the GPU")
         lines.append(f"latency lower bound on {self.report.device} (modelled roofline, not measured): "
-                     f"{human_seconds(self.report.modelled_latency_s)}")
+                     f"{human_seconds(self.report.roofline_bound_s)}")
         if self.cpu_latency_s is not None:
             lines.append(f"latency of the checked CPU (llvm) build (measured on this CPU): "
                          f"{human_seconds(self.cpu_latency_s)}")
@@ -82,7 +82,8 @@ class DemoResult:
             "check": {"ok": self.ok, "max_rel_err": float(self.check.max_rel_err),
                       "max_abs_err": float(self.check.max_abs_err), "rtol": self.check.rtol, "atol": self.check.atol},
             "gpu_latency_s_measured": self.gpu_latency_s,
-            "modelled_latency_s": self.report.modelled_latency_s,
+            "modelled_time_s": self.report.modelled_time_s,
+            "roofline_bound_s": self.report.roofline_bound_s,
             "cpu_latency_s_measured": self.cpu_latency_s,
             "ok": self.ok,
         }

@@ -55,6 +55,10 @@ class KernelLaunches:
         What scheduled it (a generator's verdict or dlight's rule); ``"library"`` for library kernels.
     plan : str
         One-line summary of its plan ('' when it has none).
+    modelled_s : float or None
+        Modelled time of one call (the cost model's, see ``cost_source``), None before pricing.
+    cost_source : str
+        ``"analytic"``, ``"learned"`` or ``"measured"``.
     """
 
     func: str
@@ -64,6 +68,8 @@ class KernelLaunches:
     generator: str = "dlight"
     rule: str = ""
     plan: str = ""
+    modelled_s: float | None = None
+    cost_source: str = ""
 
     @property
     def launches(self) -> int:

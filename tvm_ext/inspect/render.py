@@ -50,6 +50,14 @@ def _by_generator(report: "Report") -> str:
     return ", ".join(f"{g} {n}" for g, n in sorted(counts.items(), key=lambda item: -item[1])) or "none"
 
 
+def _sources(report: "Report") -> str:
+    counts: dict[str, int] = {}
+    for k in report.launches:
+        if k.cost_source:
+            counts[k.cost_source] = counts.get(k.cost_source, 0) + k.launches
+    return ", ".join(f"{s} {n}" for s, n in sorted(counts.items())) or "not priced"
+
+
 def summary_lines(report: "Report") -> list[tuple[str, str]]:
     """(label, value) pairs shown above the tables."""
     return [
@@ -63,9 +71,10 @@ def summary_lines(report: "Report") -> list[tuple[str, str]]:
         ("modelled global traffic", f"{human_bytes(report.traffic_bytes)} (whole model as one kernel "
                                      f"{human_bytes(report.min_traffic_bytes)}, unfused {human_bytes(report.unfused_traffic_bytes)})"),
         ("flops", f"{human_flops(report.flops)} ({report.dtype})"),
-        ("latency lower bound (modelled roofline)",
-         f"{human_seconds(report.modelled_latency_s)} (compute {human_seconds(report.modelled_compute_s)}, "
-         f"memory {human_seconds(report.modelled_memory_s)})"),
+        ("modelled time / inference", f"{human_seconds(report.modelled_time_s)} (cost model, {_sources(report)})"),
+        ("roofline lower bound (modelled)",
+         f"{human_seconds(report.roofline_bound_s)} (compute {human_seconds(report.roofline_compute_s)}, "
+         f"memory {human_seconds(report.roofline_memory_s)})"),
         ("fallback ops", str(len(report.fallback_ops))),
         ("compile time", human_seconds(report.compile_seconds)),
     ]
@@ -77,13 +86,15 @@ def _group_rows(report: "Report") -> list[list[str]]:
 
 
 _GROUP_HEAD = ["#", "group", "ops", "classes", "flops", "traffic", "kernels"]
-_LAUNCH_HEAD = ["kernel", "generator", "calls", "kernels/call", "launches", "schedule rule", "plan"]
+_LAUNCH_HEAD = ["kernel", "generator", "calls", "kernels/call", "launches", "modelled/call", "cost", "schedule rule",
+                "plan"]
 _FALLBACK_HEAD = ["op", "kind", "reason"]
 
 
 def _launch_rows(report: "Report") -> list[list[str]]:
-    return [[k.func, k.generator, str(k.calls), str(k.kernels_per_call), str(k.launches), k.rule or "-", k.plan or "-"]
-            for k in report.launches]
+    return [[k.func, k.generator, str(k.calls), str(k.kernels_per_call), str(k.launches),
+             "-" if k.modelled_s is None else human_seconds(k.modelled_s), k.cost_source or "-", k.rule or "-",
+             k.plan or "-"] for k in report.launches]
 
 
 def _fallback_rows(report: "Report") -> list[list[str]]:
@@ -124,7 +135,13 @@ def report_html(report: "Report") -> str:
     esc = html.escape
     summary = "".join(f"<tr><th style='text-align:left'>{esc(k)}</th><td>{esc(v)}</td></tr>"
                       for k, v in summary_lines(report))
-    parts = [f"<div class='tvm-ext-report'><table>{summary}</table>",
+    pictures = []
+    if report.build is not None:
+        from .pictures import graph_svg, kernel_chart_svg
+
+        pictures = ["<h4>modelled time by kernel</h4>", kernel_chart_svg(report),
+                    "<h4>kernels on the operator graph (colour: generator)</h4>", graph_svg(report)]
+    parts = [f"<div class='tvm-ext-report'><table>{summary}</table>", *pictures,
              "<h4>fused groups</h4>", _html_table(_GROUP_HEAD, _group_rows(report)),
              "<h4>kernel launches</h4>", _html_table(_LAUNCH_HEAD, _launch_rows(report)),
              "<h4>left to default lowering</h4>",

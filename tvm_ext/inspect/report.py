@@ -14,7 +14,10 @@
   ``call_tir``) with member ops, op classes, flops and modelled global traffic
   (:func:`tvm_ext.analysis.group_traffic_default`); ``traffic_bytes`` is their sum.
 * ``fallback_ops`` — see :mod:`tvm_ext.inspect.fallback`.
-* a *modelled* roofline lower bound on latency:
+* ``modelled_time_s`` — the *modelled* time of one inference: every launch priced by the cost
+  model (:func:`tvm_ext.driver.cost_model`: measured where the database has the kernel, else the
+  learned or analytic model; each launch says which) times its calls;
+* ``roofline_bound_s`` — a preset-independent *modelled* lower bound:
   ``max(flops / peak_flops(dtype), min_traffic / DRAM bandwidth)`` on the target's device,
   where ``min_traffic`` is the traffic of the whole model as one kernel (inputs and weights
   read once, outputs written once); ``unfused_traffic_bytes`` is the traffic if every op ran
@@ -28,6 +31,7 @@ Example
 """
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -39,12 +43,13 @@ from tvm import tirx
 
 import json
 
-from ..driver import Preset, StagedBuild, build, load_module
+from ..driver import Preset, StagedBuild, build, cost_model, load_module
 from ..graph import OpGraph
 from ..errors import TvmExtError
 from ..hardware import DEFAULT_TARGET, DeviceSpec, device_from_target, is_gpu_target, load_device, resolve_target
 from ..select.attrs import SELECTION_ATTR
 from ..select.candidate import dominant_dtype
+from ..select.describe import describe_library, describe_scheduled
 from .fallback import FallbackOp, find_fallbacks
 from .kernels import KernelLaunches, cuda_source, global_kernel_names, kernel_launches, library_kernels
 from .render import report_html, report_table
@@ -117,8 +122,10 @@ class Report:
         Kernel -> what scheduled it (a generator's verdict, dlight's rule, ``"library"``).
     selection : dict
         Per Relax function: candidates proposed and chosen per generator, dropped candidates.
-    modelled_latency_s : float
-        Modelled roofline lower bound (``max(modelled_compute_s, modelled_memory_s)``), not a measurement.
+    modelled_time_s : float
+        Modelled time of one inference: the sum over launches of calls x modelled seconds.
+    roofline_bound_s : float
+        Modelled roofline lower bound (``max(roofline_compute_s, roofline_memory_s)``), not a measurement.
     compile_seconds, stage_seconds
         Wall time of the pipeline and build, in total and per stage.
     cuda_source : str or None
@@ -143,9 +150,10 @@ class Report:
     fallback_ops: list[FallbackOp]
     schedule_rules: dict[str, str]
     selection: dict[str, Any]
-    modelled_latency_s: float
-    modelled_compute_s: float
-    modelled_memory_s: float
+    modelled_time_s: float
+    roofline_bound_s: float
+    roofline_compute_s: float
+    roofline_memory_s: float
     compile_seconds: float
     stage_seconds: dict[str, float]
     cuda_source: str | None = None
@@ -167,7 +175,8 @@ class Report:
             "distinct_kernels": int(self.distinct_kernels),
             "launches": [{"func": k.func, "calls": k.calls, "kernels_per_call": k.kernels_per_call,
                           "launches": k.launches, "kernel_names": list(k.kernel_names),
-                          "generator": k.generator, "schedule_rule": k.rule, "plan": k.plan}
+                          "generator": k.generator, "schedule_rule": k.rule, "plan": k.plan,
+                          "modelled_s": k.modelled_s, "cost_source": k.cost_source}
                          for k in self.launches],
             "selection": self.selection,
             "groups": [list(g.ops) for g in self.groups],
@@ -178,9 +187,11 @@ class Report:
             "flops": int(self.flops),
             "dtype": self.dtype,
             "fallback_ops": [f.to_json() for f in self.fallback_ops],
-            "modelled_latency_s": float(self.modelled_latency_s),
-            "modelled_latency_label": f"{MODELLED} roofline lower bound: max(flops / peak {self.dtype} FLOP/s, "
-                                      "min traffic / DRAM bandwidth)",
+            "modelled_time_s": float(self.modelled_time_s),
+            "modelled_time_label": f"{MODELLED}: sum over launches of calls x the cost model's seconds per call",
+            "roofline_bound_s": float(self.roofline_bound_s),
+            "roofline_bound_label": f"{MODELLED} roofline lower bound: max(flops / peak {self.dtype} FLOP/s, "
+                                    "min traffic / DRAM bandwidth)",
             "compile_seconds": round(float(self.compile_seconds), 4),
             "stage_seconds": {k: round(float(v), 4) for k, v in self.stage_seconds.items()},
         }
@@ -251,6 +262,27 @@ def _groups(graph: OpGraph, stages: StagedBuild, launches: list[KernelLaunches],
     return groups
 
 
+def price_launches(launches: list[KernelLaunches], stages: StagedBuild, library: dict[str, dict],
+                   device: DeviceSpec) -> list[KernelLaunches]:
+    """``launches`` with the modelled seconds of one call and the cost source of each."""
+    model = cost_model(stages.preset)
+    built = {gv.name_hint for gv in stages.graph.get_global_vars()} & {gv.name_hint for gv in
+                                                                      stages.scheduled.get_global_vars()}
+    priced = []
+    for k in launches:
+        kernel = None
+        if k.rule == "library":
+            kernel = describe_library(library.get(k.func, {}))
+        elif k.func in built:
+            kernel = describe_scheduled(stages.graph[k.func], stages.scheduled[k.func])
+        if kernel is None:
+            priced.append(k)
+            continue
+        est = model.cost(kernel, device)
+        priced.append(dataclasses.replace(k, modelled_s=est.seconds, cost_source=est.source))
+    return priced
+
+
 def report_from_stages(stages: StagedBuild, *, model_name: str = "IRModule", device: DeviceSpec | None = None,
                        keep_source: bool = False, target_label: str | None = None) -> Report:
     """Build the :class:`Report` of an already compiled :class:`StagedBuild`."""
@@ -261,6 +293,7 @@ def report_from_stages(stages: StagedBuild, *, model_name: str = "IRModule", dev
     launches = kernel_launches(stages.lowered, stages.target)
     source = cuda_source(stages.executable)
     library = library_kernels(stages.lowered)
+    launches = price_launches(launches, stages, library, spec)
     groups = _groups(graph, stages, launches, library)
     group_ops = {g.func: g.ops for g in groups if g.func is not None}
     fallbacks = find_fallbacks(graph, group_ops, stages.scheduled, set(library))
@@ -283,7 +316,8 @@ def report_from_stages(stages: StagedBuild, *, model_name: str = "IRModule", dev
         launches=launches, groups=groups, traffic_bytes=sum(g.traffic_bytes for g in groups),
         min_traffic_bytes=least, unfused_traffic_bytes=unfused, flops=flops, dtype=dtype,
         fallback_ops=fallbacks, schedule_rules={k.func: k.rule for k in launches}, selection=selection,
-        modelled_latency_s=max(compute_s, memory_s), modelled_compute_s=compute_s, modelled_memory_s=memory_s,
+        modelled_time_s=sum(k.calls * (k.modelled_s or 0.0) for k in launches),
+        roofline_bound_s=max(compute_s, memory_s), roofline_compute_s=compute_s, roofline_memory_s=memory_s,
         compile_seconds=stages.compile_seconds, stage_seconds=dict(stages.stage_seconds),
         cuda_source=source if keep_source else None, build=stages,
     )

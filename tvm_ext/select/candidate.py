@@ -83,7 +83,10 @@ class Candidate:
         Floating-point work of one call.
     global_bytes : int
         Global-memory traffic of one call as the plan schedules it (boundary tensors plus the
-        re-reads its tiling causes).
+        re-reads its tiling causes and the round trips of global workspaces).
+    unique_bytes : int
+        Distinct global bytes it touches (its working set; 0 means ``global_bytes``): re-reads of
+        them hit L2 when they fit.
     launch : LaunchShape
         Launch shape of one call.
     code_path : CodePath
@@ -92,6 +95,12 @@ class Candidate:
         The dtype doing most of the work (for peak rates).
     provenance : str
         Why the generator proposed it (for reports).
+    key : str
+        The kernel's key in the measurement database (a workload key, or a hash of the fused
+        function and its plan); '' when it cannot be measured.
+    record_dtype : str
+        The dtype part of its database key when it differs from ``dtype`` (CUTLASS keys name input
+        and output dtypes, ``"float16->float32"``).
     """
 
     nodes: tuple[int, ...]
@@ -105,6 +114,17 @@ class Candidate:
     dtype: str = "float32"
     provenance: str = ""
     key: str = field(default="", compare=False)
+    unique_bytes: int = 0
+    record_dtype: str = ""
+
+    def __post_init__(self) -> None:
+        if self.unique_bytes <= 0:
+            object.__setattr__(self, "unique_bytes", self.global_bytes)
+
+    @property
+    def database_dtype(self) -> str:
+        """The dtype part of its measurement key."""
+        return self.record_dtype or self.dtype
 
     @property
     def generator(self) -> str:
@@ -113,8 +133,8 @@ class Candidate:
 
     @classmethod
     def of(cls, graph: OpGraph, nodes: Iterable[int], plan: Plan, *, launch: LaunchShape,
-           global_bytes: int | None = None, code_path: CodePath = CodePath.SIMT, provenance: str = "",
-           key: str = "") -> "Candidate":
+           global_bytes: int | None = None, unique_bytes: int = 0, code_path: CodePath = CodePath.SIMT,
+           provenance: str = "", key: str = "", record_dtype: str = "") -> "Candidate":
         """A candidate over ``nodes`` of ``graph``: boundary tensors, flops and dtype read from the graph.
 
         ``global_bytes`` defaults to the boundary tensors read and written once each.
@@ -126,7 +146,8 @@ class Candidate:
         return cls(nodes=members, plan=plan, inputs=tuple(inputs), outputs=tuple(outputs),
                    flops=int(sum(graph.nodes[n].flops for n in members)),
                    global_bytes=int(moved if global_bytes is None else global_bytes), launch=launch,
-                   code_path=code_path, dtype=dominant_dtype(graph, members), provenance=provenance, key=key)
+                   code_path=code_path, dtype=dominant_dtype(graph, members), provenance=provenance, key=key,
+                   unique_bytes=int(unique_bytes), record_dtype=record_dtype)
 
     def describe(self) -> str:
         """One line: generator, node count and the plan summary."""

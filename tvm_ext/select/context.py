@@ -14,6 +14,7 @@ Example
 """
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import Any, TypeVar
 
@@ -23,7 +24,8 @@ from tvm import relax, tirx
 
 from ..graph import OpGraph
 from ..hardware import DeviceSpec
-from .emit import EmitError, var_refs, Rebind, call_bindings, emit_groups
+from .emit import EmitError, Rebind, call_bindings, emit_groups, var_refs
+from .plan import plan_to_text
 
 T = TypeVar("T")
 
@@ -124,6 +126,12 @@ class SelectionContext:
                           tuple(sources), escapes))
         return tuple(parts)
 
+    def kernel_key(self, nodes: Iterable[int], plan) -> str:
+        """The measurement-database key of a TIR kernel (:func:`kernel_key`)."""
+        members = self.ordered(nodes)
+        return self.memo(("kernel_key", self.signature(members), plan_to_text(plan)),
+                         lambda: kernel_key(self.fused_function(members), plan))
+
     def fused_function(self, nodes: Iterable[int]) -> tirx.PrimFunc:
         """The PrimFunc ``FuseTIR`` makes of ``nodes`` (a node's own PrimFunc when alone).
 
@@ -138,6 +146,17 @@ class SelectionContext:
         if len(members) == 1:
             return self.graph.nodes[members[0]].func
         return self.memo(("fused", self.signature(members)), lambda: fuse_nodes(self.mod, self.func_name, members))
+
+
+def kernel_key(func: tirx.PrimFunc, plan) -> str:
+    """The measurement-database key of a TIR kernel: a hash of its unscheduled fused function's
+    structure (without tvm_ext's own attributes) and its plan. Equal for BERT's twelve identical
+    layers and stable across runs; the report computes the same key for the built kernel."""
+    if func.attrs is not None:
+        for key in [str(k) for k in func.attrs.keys() if str(k).startswith("tvm_ext.") or str(k) == "global_symbol"]:
+            func = func.without_attr(key)
+    text = f"{tvm_ffi.structural_hash(func)}|{plan_to_text(plan)}"
+    return hashlib.sha1(text.encode()).hexdigest()[:24]
 
 
 def fuse_nodes(mod: tvm.IRModule, func_name: str, nodes: Sequence[int]) -> tirx.PrimFunc:
@@ -212,4 +231,4 @@ def subgraph_module(mod: tvm.IRModule, func_name: str, nodes: Sequence[int]) -> 
     return tvm.IRModule({**callees, tvm.ir.GlobalVar("main"): main})
 
 
-__all__ = ["SelectionContext", "fuse_nodes", "subgraph_module"]
+__all__ = ["SelectionContext", "fuse_nodes", "kernel_key", "subgraph_module"]

@@ -25,6 +25,7 @@ from .candidate import Candidate
 from .context import SelectionContext
 from .emit import Maker, call_bindings, emit_groups
 from .generator import get_generator
+from .measured import kernel_description
 from .plan import plan_to_text
 
 _CALL_TIR = tvm.ir.Op.get("relax.call_tir")
@@ -91,7 +92,8 @@ def _library_maker(cand: Candidate, ctx: SelectionContext, records: dict) -> Mak
         gvar = bb.add_func(function, symbol)
         records[symbol] = {"generator": cand.generator, "plan": plan_to_text(cand.plan),
                            "launches_per_call": int(cand.launch.kernels), "flops": int(cand.flops),
-                           "global_bytes": int(cand.global_bytes)}
+                           "global_bytes": int(cand.global_bytes), "key": cand.key,
+                           "record_dtype": cand.database_dtype, "kernel": json.dumps(kernel_description(cand))}
         return gvar, args
 
     return make

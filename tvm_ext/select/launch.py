@@ -21,6 +21,7 @@ import tvm_ffi
 from tvm import tirx
 
 from ..analysis import element_bytes
+from ..errors import TVM_ERRORS
 from .candidate import LaunchShape
 
 _SHARED_SCOPES = ("shared", "shared.dyn")
@@ -35,10 +36,32 @@ def _is_launch_tag(tag: str) -> bool:
     return tag.startswith(("blockIdx", "threadIdx"))
 
 
-def _region_shape(node) -> tuple[int, int, int]:
-    """(grid, threads, shared bytes) of one launch region."""
+def _shared_buffers(node) -> dict:
+    """Shared-memory buffers allocated in the blocks under ``node``: buffer -> bytes."""
+    found: dict = {}
+
+    def on_block(block) -> None:
+        for buf in block.alloc_buffers:
+            scope = str(getattr(buf.ty, "storage_scope", "") or "global")
+            if scope in _SHARED_SCOPES:
+                shape = [int(d.value) if isinstance(d, tirx.IntImm) else 1 for d in buf.ty.shape]
+                found[buf] = math.prod(shape) * element_bytes(str(buf.ty.dtype))
+
+    tvm_ffi.structural_walk(node, (tvm.s_tir.SBlock, on_block))
+    return found
+
+
+def _used_buffers(node) -> set:
+    used: set = set()
+    tvm_ffi.structural_walk(node, (tvm.ir.TensorLoad, lambda ld: used.add(ld.source)))
+    tvm_ffi.structural_walk(node, (tirx.BufferStore, lambda st: used.add(st.buffer)))
+    return used
+
+
+def _region_shape(node, outer_shared: dict) -> tuple[int, int, int]:
+    """(grid, threads, shared bytes) of one launch region; ``outer_shared`` are the shared buffers
+    allocated above the region (a schedule's root block), counted when the region uses them."""
     extents: dict[str, int] = {}
-    shared = 0
 
     def on_for(loop: tirx.For) -> None:
         binding = loop.thread_binding
@@ -51,17 +74,12 @@ def _region_shape(node) -> tuple[int, int, int]:
             tag = str(attr.node.thread_tag)
             extents[tag] = max(extents.get(tag, 1), int(attr.value.value))
 
-    def on_block(block) -> None:
-        nonlocal shared
-        for buf in block.alloc_buffers:
-            scope = str(getattr(buf.ty, "storage_scope", "") or "global")
-            if scope in _SHARED_SCOPES:
-                shape = [int(d.value) if isinstance(d, tirx.IntImm) else 1 for d in buf.ty.shape]
-                shared += math.prod(shape) * element_bytes(str(buf.ty.dtype))
-
     tvm_ffi.structural_walk(node, (tirx.For, on_for))
     tvm_ffi.structural_walk(node, (tirx.AttrStmt, on_attr))
-    tvm_ffi.structural_walk(node, (tvm.s_tir.SBlock, on_block))
+    shared = sum(_shared_buffers(node).values())
+    if outer_shared:
+        used = _used_buffers(node)
+        shared += sum(size for buf, size in outer_shared.items() if buf in used)
     grid = math.prod(v for k, v in extents.items() if k.startswith("blockIdx"))
     threads = math.prod(v for k, v in extents.items() if k.startswith("threadIdx"))
     return grid, threads, shared
@@ -92,15 +110,35 @@ def launch_regions(func: tirx.PrimFunc) -> list:
     return regions
 
 
+def compacted(func: tirx.PrimFunc) -> tirx.PrimFunc:
+    """``func`` with every buffer allocated where it is used and shrunk to the region it is used in
+    (the lowering's compaction): a schedule's shared tiles are declared at full size until then.
+    ``func`` itself when the passes refuse it."""
+    import tvm.s_tir.transform as st
+
+    seq = tvm.transform.Sequential([st.PlanAndUpdateBufferAllocationLocation(), st.ConvertBlocksToOpaque(),
+                                    st.CompactBufferAllocation()])
+    try:
+        return seq(tvm.IRModule({"main": func}))["main"]
+    except TVM_ERRORS:
+        return func
+
+
 def launch_shape(func: tirx.PrimFunc, *, registers: int | None = None, grid_syncs: int = 0) -> LaunchShape:
-    """The launch shape of one call of a scheduled ``func`` (its largest kernel's grid and block)."""
+    """The launch shape of one call of a scheduled ``func`` (its largest kernel's grid and block;
+    shared memory as the compacted function allocates it)."""
+    func = compacted(func)
     regions = launch_regions(func)
     if not regions:
         return LaunchShape(grid=1, threads=1, kernels=0)
-    shapes = [_region_shape(r) for r in dict.fromkeys(regions)]
+    inner: dict = {}
+    for r in dict.fromkeys(regions):
+        inner.update(_shared_buffers(r))
+    outer = {buf: size for buf, size in _shared_buffers(func.body).items() if buf not in inner}
+    shapes = [_region_shape(r, outer) for r in dict.fromkeys(regions)]
     grid, threads, shared = max(shapes, key=lambda s: s[0] * s[1])
     return LaunchShape(grid=grid, threads=threads, shared_bytes=shared, registers=registers, kernels=len(regions),
                        grid_syncs=grid_syncs)
 
 
-__all__ = ["launch_regions", "launch_shape"]
+__all__ = ["compacted", "launch_regions", "launch_shape"]

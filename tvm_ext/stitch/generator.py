@@ -149,7 +149,8 @@ class StitchGenerator:
                                  registers=p.launch.register_cap, grid_syncs=made.grid_syncs)
         return Candidate.of(ctx.graph, members, made, launch=launch, code_path=CodePath.SIMT,
                             global_bytes=boundary_bytes(ctx.graph, members) + _global_round_trips(made),
-                            provenance=f"stitch scope: {group.kind} group", key=repr(ctx.signature(members)))
+                            unique_bytes=boundary_bytes(ctx.graph, members) + _global_round_trips(made) // 2,
+                            provenance=f"stitch scope: {group.kind} group", key=ctx.kernel_key(members, made))
 
     def schedule(self, func: tirx.PrimFunc, plan: StitchKernelPlan, device: DeviceSpec) -> ScheduledKernel:
         """Build ``plan`` on ``func``: the prologue builder, or the stitch schedule builder on the

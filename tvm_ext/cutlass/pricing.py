@@ -1,0 +1,105 @@
+"""CUTLASS kernels through the one cost interface: what a configuration does, and the cheapest one.
+
+:func:`describe` turns a workload and a :class:`~tvm_ext.cutlass.config.KernelConfig` into the
+kernel description the cost model prices (:class:`CutlassKernel`):
+
+* **flops** of the padded tile grid (``ceil(M / tbM) x tbM x ceil(N / tbN) x tbN x K x 2`` per
+  batch entry): a tile computes all of its rows and columns even past the problem's edge;
+* **grid**: output tiles x batch x split-K slices; **block**: the configuration's warps (3.x:
+  three warp groups); **shared memory**: the pipeline stages of A and B tiles;
+* **global bytes** as the tiling reads them: every CTA reads its ``tbM x K`` rows of A and
+  ``K x tbN`` columns of B, so A is read ``ceil(N / tbN)`` times and B ``ceil(M / tbM)`` times;
+  the output (and an epilogue source) once; serial split-K reads and writes the output once more
+  per extra slice. The distinct bytes are the operands and the output once each (re-reads hit
+  L2 when they fit);
+* **code path**: ``wgmma`` for 3.x configurations, ``mma_sync`` for 2.x.
+
+:func:`cheapest_config` prices every candidate configuration (:func:`candidates`) and returns
+the cheapest (ties: less compute + memory time, fewer stages, no split-K, then the first listed).
+
+Example
+-------
+>>> cfg, est = cheapest_config(wl, "sm_90a", load_device("h100"))
+>>> cfg.api, est.source
+('3x', 'analytic')
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ..hardware import DeviceSpec
+from ..select.analytic import AnalyticCostModel
+from ..select.candidate import CodePath, LaunchShape
+from ..select.cost import CostEstimate, CostModel
+from .candidates import candidates
+from .config import API_3X, KernelConfig
+
+#: Threads of a CUTLASS 3.x Hopper kernel: one producer and two consumer warp groups.
+THREADS_3X = 384
+
+
+def _bytes(dtype: str) -> int:
+    return 4 if dtype == "float32" else 2
+
+
+@dataclass(frozen=True)
+class CutlassKernel:
+    """The priced description of one CUTLASS launch (see the module docstring)."""
+
+    flops: int
+    global_bytes: int
+    unique_bytes: int
+    launch: LaunchShape
+    code_path: CodePath
+    dtype: str
+
+
+def describe(wl, cfg: KernelConfig) -> CutlassKernel:
+    """What one call of ``wl`` with ``cfg`` computes and moves."""
+    m, n, k = wl.gemm_mnk
+    tbm, tbn, tbk = cfg.threadblock
+    tiles_m, tiles_n = math.ceil(m / tbm), math.ceil(n / tbn)
+    batch = wl.batch
+    flops = 2 * tiles_m * tbm * tiles_n * tbn * k * batch
+    if wl.flops > 2 * m * n * k * batch:   # a back-to-back pair: its second GEMM too
+        flops += wl.flops - 2 * m * n * k * batch
+    ib, ob = _bytes(wl.dtype), _bytes(wl.final_dtype)
+    a, b, out = m * k * ib * batch, k * n * ib * (batch if getattr(wl, "b_batched", False) else 1), m * n * ob * batch
+    source = getattr(getattr(wl, "epilogue", None), "source", "")
+    c = out if source in ("residual", "bias_residual") else (n * ob if source == "bias" else 0)
+    global_bytes = a * tiles_n + b * tiles_m + out + c + 2 * (cfg.split_k - 1) * out
+    stages = max(cfg.stages, 2)
+    launch = LaunchShape(grid=tiles_m * tiles_n * batch * cfg.split_k,
+                         threads=THREADS_3X if cfg.api == API_3X else cfg.threads,
+                         shared_bytes=stages * (tbm + tbn) * tbk * ib)
+    path = CodePath.WGMMA if cfg.api == API_3X else CodePath.MMA_SYNC
+    return CutlassKernel(flops, global_bytes, a + b + out + c, launch, path, wl.dtype)
+
+
+def cheapest_config(wl, arch: str, device: DeviceSpec, model: CostModel | None = None
+                    ) -> tuple[KernelConfig, CostEstimate]:
+    """The candidate configuration of ``wl`` the cost model prices lowest (ties: less compute +
+    memory time, fewer stages, no split-K, first listed).
+
+    Raises
+    ------
+    ValueError
+        ``wl`` has no candidate configuration on ``arch``.
+    """
+    model = model or AnalyticCostModel()
+    cands = candidates(wl, arch, device)
+    if not cands:
+        raise ValueError(f"no CUTLASS candidate for {wl.key()} on {arch}")
+    priced = [(model.cost(describe(wl, cfg), device), i, cfg) for i, cfg in enumerate(cands)]
+
+    def order(item):
+        est, index, cfg = item
+        busy = est.parts.get("compute_s", 0.0) + est.parts.get("memory_s", 0.0)
+        return (round(est.seconds, 12), round(busy, 12), cfg.stages, cfg.split_k, index)
+
+    est, _, cfg = min(priced, key=order)
+    return cfg, est
+
+
+__all__ = ["CutlassKernel", "THREADS_3X", "cheapest_config", "describe"]

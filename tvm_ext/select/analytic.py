@@ -1,0 +1,140 @@
+"""The analytic cost model: seconds of one kernel call from its work, traffic and launch shape.
+
+For a kernel (a :class:`~tvm_ext.select.candidate.Candidate`, or any object with the same
+``flops``, ``global_bytes``, ``unique_bytes``, ``launch``, ``code_path`` and ``dtype``) on a
+:class:`~tvm_ext.hardware.DeviceSpec` (constants in its ``cost_model``, each sourced)::
+
+    time   = launches x launch overhead + max(compute, memory) + grid barriers x grid_sync
+    compute = flops / (peak(path, dtype) x efficiency(path)) x wave quantization
+    memory  = max(DRAM bytes / achievable DRAM bandwidth, global bytes / L2 bandwidth)
+
+* **peak(path, dtype)**: the tensor-core peak of the dtype for ``mma_sync`` / ``wgmma``
+  (TF32 for float32 where the device has it), the CUDA-core peak (``simt_peak_flops``) for SIMT;
+* **wave quantization** (compute): blocks run in waves over the SMs; an SM that holds
+  ``ceil(grid / SMs)`` blocks while others hold fewer sets the time, so the ideal time is scaled
+  by ``ceil(grid / SMs) / (grid / SMs)`` (>= 1, and ``SMs / grid`` for grids smaller than the GPU);
+* **DRAM bytes**: the kernel's distinct bytes (``unique_bytes``) when everything it touches fits
+  in L2 (re-reads then hit L2), else everything it moves (``global_bytes``);
+* **achievable DRAM bandwidth**: ``min(datasheet x dram_efficiency, bytes in flight / latency)``
+  (Little's law), where bytes in flight = resident blocks (one wave, from the occupancy
+  calculator) x per block ``threads x bytes_in_flight_per_thread`` -- or, for tensor-core kernels,
+  whose pipelined copies (cp.async stages, TMA) keep their staged shared memory in flight, the
+  larger of that and the block's shared memory: a small grid cannot saturate HBM.
+
+Example
+-------
+>>> model = AnalyticCostModel()
+>>> est = model.cost(candidate, load_device("h100"))
+>>> est.source, sorted(est.parts)
+('analytic', ['compute_s', 'launch_s', 'memory_s', 'sync_s'])
+"""
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Protocol
+
+from ..hardware import DeviceSpec, occupancy
+from .candidate import CodePath, LaunchShape
+from .cost import CostEstimate
+
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    pass
+
+#: Registers per thread assumed when a kernel's count is unknown (as the stitch planner assumes).
+ASSUMED_REGISTERS = 32
+
+
+class Priced(Protocol):
+    """What the cost model reads of a kernel (a Candidate has all of it)."""
+
+    flops: int
+    global_bytes: int
+    launch: LaunchShape
+    code_path: CodePath
+    dtype: str
+
+    @property
+    def unique_bytes(self) -> int:
+        """Distinct bytes the kernel touches in global memory."""
+
+
+def peak_flops(device: DeviceSpec, code_path: CodePath, dtype: str) -> float:
+    """The peak rate of ``code_path`` for ``dtype`` on ``device`` (before efficiency)."""
+    simt = device.cost.simt_peak_flops
+    if code_path == CodePath.SIMT:
+        return simt.get(dtype, simt["float32"])
+    if dtype == "float32":
+        return device.peak_flops.get("tfloat32", simt["float32"])
+    return device.peak_flops.get(dtype, device.peak_flops["float16"])
+
+
+def efficiency(device: DeviceSpec, code_path: CodePath) -> float:
+    """The fraction of its peak ``code_path`` sustains on ``device`` (``wgmma`` where the device
+    has none is priced as ``mma_sync``)."""
+    eff = device.cost.efficiency
+    return eff.get(code_path.value, eff["mma_sync"])
+
+
+def resident_blocks(device: DeviceSpec, launch: LaunchShape) -> int:
+    """Blocks of ``launch`` resident at once (one wave), from the occupancy calculator."""
+    try:
+        occ = occupancy(device, max(1, launch.threads), launch.registers or ASSUMED_REGISTERS, launch.shared_bytes)
+    except ValueError:  # a launch the device cannot run at all: one block at a time per SM
+        return device.sm_count
+    return occ.blocks_per_sm * device.sm_count
+
+
+def wave_factor(device: DeviceSpec, grid: int) -> float:
+    """``ceil(grid / SMs) / (grid / SMs)``: how much longer than ideal the SM with the most blocks takes."""
+    if grid <= 0:
+        return 1.0
+    per_sm = grid / device.sm_count
+    return math.ceil(per_sm) / per_sm
+
+
+class AnalyticCostModel:
+    """The analytic model (see the module docstring).
+
+    Parameters
+    ----------
+    cuda_graph : bool
+        Price launches as CUDA-graph replays (``launch_overhead_graph_s``).
+    """
+
+    source = "analytic"
+
+    def __init__(self, cuda_graph: bool = False):
+        self.cuda_graph = cuda_graph
+
+    def parts(self, kernel: Priced, device: DeviceSpec) -> dict[str, float]:
+        """The terms of the model: ``launch_s``, ``compute_s``, ``memory_s``, ``sync_s``."""
+        c = device.cost
+        launch = kernel.launch
+        if launch.kernels == 0:  # a view (reshape lowered to nothing): no launch, no work
+            return {"launch_s": 0.0, "compute_s": 0.0, "memory_s": 0.0, "sync_s": 0.0}
+        per_launch = c.launch_overhead_graph_s if self.cuda_graph else c.launch_overhead_s
+        compute = 0.0
+        if kernel.flops > 0:
+            rate = peak_flops(device, kernel.code_path, kernel.dtype) * efficiency(device, kernel.code_path)
+            compute = kernel.flops / rate * wave_factor(device, launch.grid)
+        per_block = launch.threads * c.bytes_in_flight_per_thread
+        if kernel.code_path != CodePath.SIMT:   # pipelined copies keep the staged tiles in flight
+            per_block = max(per_block, launch.shared_bytes)
+        in_flight = min(launch.grid, resident_blocks(device, launch)) * per_block
+        dram_bw = min(device.dram_bandwidth_bytes_per_s * c.dram_efficiency, in_flight / c.dram_latency_s)
+        fits_l2 = kernel.unique_bytes <= device.l2_cache_bytes
+        dram_bytes = kernel.unique_bytes if fits_l2 else kernel.global_bytes
+        l2_bw = device.level("l2").bandwidth_bytes_per_s
+        memory = max(dram_bytes / dram_bw, kernel.global_bytes / l2_bw) if kernel.global_bytes else 0.0
+        return {"launch_s": launch.kernels * per_launch, "compute_s": compute, "memory_s": memory,
+                "sync_s": launch.grid_syncs * c.grid_sync_s}
+
+    def cost(self, kernel: Priced, device: DeviceSpec) -> CostEstimate:
+        """Seconds of one call of ``kernel`` on ``device``."""
+        p = self.parts(kernel, device)
+        seconds = p["launch_s"] + max(p["compute_s"], p["memory_s"]) + p["sync_s"]
+        return CostEstimate(seconds, self.source, p)
+
+
+__all__ = ["ASSUMED_REGISTERS", "AnalyticCostModel", "Priced", "efficiency", "peak_flops", "resident_blocks",
+           "wave_factor"]

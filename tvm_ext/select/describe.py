@@ -1,0 +1,124 @@
+"""Kernels as built, described for the cost model: what the report prices for every launch.
+
+A selection prices *candidates* before they are built; the report prices the kernels that were
+built, whichever preset built them (TVM's own pipeline included), so that presets compare on
+the same footing. :func:`describe_scheduled` reads a scheduled PrimFunc: its flops (from its
+unscheduled form), its global traffic (every parameter once; a workspace the schedule added is
+written and read back), its launch shape (:func:`~tvm_ext.select.launch.launch_shape`) and its code
+path (tensor-core fragments mean ``mma_sync``). :func:`describe_library` reads a library kernel's
+record (:data:`~tvm_ext.select.attrs.LIBRARY_KERNELS_ATTR`).
+
+Example
+-------
+>>> kernel = describe_scheduled(graph_mod["fused_matmul_add"], scheduled["fused_matmul_add"])
+>>> AnalyticCostModel().cost(kernel, load_device("h100")).seconds
+4.1e-06
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+import tvm
+from tvm import tirx
+
+from ..analysis import element_bytes
+from ..graph import func_flops
+from .candidate import CodePath, LaunchShape
+from .launch import launch_shape
+
+_TENSOR_CORE_SCOPES = ("wmma.", "m16n8k8.", "mma.")
+
+
+@dataclass(frozen=True)
+class KernelDescription:
+    """What the cost model reads of one built kernel (the fields of a candidate); ``key``, ``plan``
+    and ``record_dtype`` find its measurements."""
+
+    flops: int
+    global_bytes: int
+    unique_bytes: int
+    launch: LaunchShape
+    code_path: CodePath
+    dtype: str
+    key: str = ""
+    plan: Any = None
+    record_dtype: str = ""
+
+    @property
+    def database_dtype(self) -> str:
+        """The dtype part of its measurement key."""
+        return self.record_dtype or self.dtype
+
+
+def _param_bytes(param) -> tuple[int, str]:
+    ty = getattr(param, "ty", None)
+    if ty is None or not hasattr(ty, "shape"):
+        return 0, ""
+    dims = [int(d.value) if isinstance(d, tirx.IntImm) else 1 for d in ty.shape]
+    return math.prod(dims) * element_bytes(str(ty.dtype)), str(ty.dtype)
+
+
+def _tensor_cores(func: tirx.PrimFunc) -> bool:
+    import tvm_ffi
+
+    found: list[bool] = []
+
+    def on_block(block) -> None:
+        for buf in block.alloc_buffers:
+            if str(getattr(buf.ty, "storage_scope", "")).startswith(_TENSOR_CORE_SCOPES):
+                found.append(True)
+
+    tvm_ffi.structural_walk(func.body, (tvm.s_tir.SBlock, on_block))
+    return bool(found)
+
+
+def describe_scheduled(graph_func: tirx.PrimFunc, scheduled: tirx.PrimFunc,
+                       code_path: CodePath | None = None) -> KernelDescription:
+    """Describe a built kernel from its unscheduled (graph-stage) and scheduled PrimFunc; a kernel
+    that carries a plan gets its measurement key (:func:`~tvm_ext.select.context.kernel_key`).
+
+    ``code_path`` overrides the detection (a generator that knows its kernels' path).
+    """
+    from .context import kernel_key
+    from .plan import PlanError, plan_of
+
+    sizes = [_param_bytes(p) for p in scheduled.params]
+    regular = len(graph_func.params)
+    moved = sum(b for b, _ in sizes[:regular]) + 2 * sum(b for b, _ in sizes[regular:])
+    unique = sum(b for b, _ in sizes)
+    dtypes = [d for _, d in sizes if d.startswith(("float", "bfloat"))]
+    dtype = dtypes[-1] if dtypes else "float32"
+    path = code_path or (CodePath.MMA_SYNC if _tensor_cores(scheduled) else CodePath.SIMT)
+    try:
+        plan = plan_of(graph_func)
+    except PlanError:
+        plan = None
+    key = kernel_key(graph_func, plan) if plan is not None else ""
+    return KernelDescription(int(func_flops(graph_func)), int(moved), int(unique), launch_shape(scheduled), path,
+                             dtype, key=key, plan=plan)
+
+
+def describe_library(record: Mapping[str, Any]) -> KernelDescription | None:
+    """Describe a library kernel from its record (None for records without a description)."""
+    from .plan import PlanError, plan_from_text
+
+    if "kernel" not in record:
+        return None
+    data = record["kernel"]
+    if isinstance(data, str):
+        import json
+
+        data = json.loads(data)
+    launch = LaunchShape(**{k: (None if v is None else int(v)) for k, v in dict(data["launch"]).items()})
+    try:
+        plan = plan_from_text(str(record["plan"])) if "plan" in record else None
+    except PlanError:
+        plan = None
+    return KernelDescription(int(data["flops"]), int(data["global_bytes"]), int(data["unique_bytes"]), launch,
+                             CodePath(str(data["code_path"])), str(data["dtype"]), key=str(record.get("key", "")),
+                             plan=plan, record_dtype=str(record.get("record_dtype", "")))
+
+
+__all__ = ["KernelDescription", "describe_library", "describe_scheduled"]
