@@ -25,13 +25,23 @@ def gemm(m, n, k, batch=1, layout="row", final="float16"):
 
 def test_candidates_sm80_pruned_and_fit_shared_memory():
     big = candidates(gemm(4096, 4096, 4096), "sm_80", A100)
-    assert all(c.api == "2x" for c in big) and len(big) >= 20
+    # every one of the 16 SM80_TILES fits 4096^3 and A100's 166912 B opt-in shared memory (the largest,
+    # 256x128x64 x 3 stages, needs 3 * (256 + 128) * 64 * 2 = 147456 B); two swizzles (8, 1) each; no split-K
+    # (the coarsest grid, 256x128 tiles, already has 16 * 32 = 512 CTAs for 108 SMs).
+    assert all(c.api == "2x" for c in big) and len(big) == 16 * 2
+    assert {c.swizzle for c in big} == {8, 1} and all(c.split_k == 1 for c in big)
     for c in big:
-        smem = c.stages * (c.threadblock[0] + c.threadblock[1]) * c.threadblock[2] * 2
-        assert smem <= A100.max_shared_memory_per_block_optin
         assert c.threads in (128, 256)  # 4 or 8 warps (Bolt guideline ii)
+    # RTX 3090 (sm_86) allows 101376 B per block: 256x128x64/3 stages and 128x256x64/3 stages (147456 B) and
+    # 128x128x64/4 stages (4 * 256 * 64 * 2 = 131072 B) are dropped, the other 13 tiles stay.
+    rtx = candidates(gemm(4096, 4096, 4096), "sm_86", load_device("rtx3090"))
+    assert len(rtx) == 13 * 2
+    assert not {((256, 128, 64), 3), ((128, 256, 64), 3), ((128, 128, 64), 4)} & {(c.threadblock, c.stages) for c in rtx}
+    # 16x64 output: threadblocks at most max(64, 2 * 16) = 64 rows and max(64, 2 * 64) = 128 columns (Bolt iii);
+    # K = 64 is too short for split-K (needs K >= 4 * 2 * 32)
     small = candidates(gemm(16, 64, 64), "sm_80", A100)
-    assert small and all(c.threadblock[0] <= 64 and c.threadblock[1] <= 128 for c in small)
+    assert {c.threadblock for c in small} == {(64, 64, 32), (64, 64, 64), (64, 128, 32), (64, 128, 64)}
+    assert len(small) == 4 * 2
 
 
 def test_split_k_only_for_small_output_long_k():
@@ -62,14 +72,28 @@ def test_alignment_from_shapes():
 
 
 def test_heuristic_prefers_filling_the_gpu():
-    big = heuristic_config(gemm(8192, 8192, 4096), "sm_80", A100)
+    """Expected picks worked out by hand from the score in candidates.py (A100: 108 SMs, H100: 132).
+
+    score = util * wave_eff * min(1, intensity / 64) - 1e-4 * stages - 1e-3 * (split_k - 1).
+    * 2560 x 1536 (util 1 for every tile): 256x128 and 128x256 give 120 CTAs = 2 waves, wave_eff
+      120 / 216 = 0.56; 128x128 gives 240 CTAs = 3 waves, 240 / 324 = 0.74 with intensity 64 -> 1;
+      128x64, 64x128, 256x64, 64x256 reach at most 0.89 * 0.67 = 0.59; 64x64 0.99 * 0.5 = 0.49.
+      Best: 128x128, and of its variants the one with fewest stages, (128, 128, 32) x 3.
+    * 128 x 128 x 4096: one 128x128 tile fills 1 of 108 SMs, so split-K. 64x64 tiles: 4 CTAs x 16 slices
+      = 64 CTAs, 64 / 108 * 0.5 = 0.296; 64x128 x 16: 32 / 108 * 0.67 = 0.20; 128x128 x 16: 16 / 108 = 0.15.
+      Best: 64x64 split 16; of (64, 64, 32) x 10 stages and (64, 64, 64) x 5, the one with 5 stages.
+    * 2048^3 on sm_90a: the 3.x 128x128 tile gives 256 CTAs on 132 SMs, 256 / 264 = 0.97, times 1.5 for
+      TMA + wgmma; no 2.x tile beats 0.97 * 1, so a 3.x kernel wins.
+    """
+    mid = heuristic_config(gemm(2560, 1536, 4096), "sm_80", A100)
+    assert (mid.threadblock, mid.warp_count, mid.stages, mid.split_k) == ((128, 128, 32), (2, 2, 1), 3, 1)
     small = heuristic_config(gemm(128, 128, 4096), "sm_80", A100)
-    assert big.threadblock[0] * big.threadblock[1] >= 128 * 128
-    assert small.threadblock[0] * small.threadblock[1] * small.split_k <= 128 * 128 or small.split_k > 1
-    assert score(gemm(128, 128, 4096), small, A100) == max(score(gemm(128, 128, 4096), c, A100)
-                                                            for c in candidates(gemm(128, 128, 4096), "sm_80", A100))
-    assert heuristic_config(gemm(2048, 2048, 2048), "sm_90a", H100).api == "3x"
-    assert heuristic_config(gemm(2048, 2048, 2048), "sm_80", A100) == heuristic_config(gemm(2048, 2048, 2048), "sm_80", A100)
+    assert (small.threadblock, small.stages, small.split_k) == ((64, 64, 64), 5, 16)
+    assert score(gemm(128, 128, 4096), small, A100) == pytest.approx(64 / 108 * 0.5 - 5e-4 - 15e-3)
+    big = heuristic_config(gemm(8192, 8192, 4096), "sm_80", A100)
+    assert big.threadblock[0] * big.threadblock[1] >= 128 * 128 and big.split_k == 1  # no small tiles, no split
+    hopper = heuristic_config(gemm(2048, 2048, 2048), "sm_90a", H100)
+    assert hopper.api == "3x"
 
 
 def test_kernel_config_roundtrip_and_validation():
@@ -130,7 +154,8 @@ def test_profiler_main_source_and_argv():
     assert problem_argv(wl) == ["gemm", "1", "256", "512", "128"]
     conv = Conv2dWorkload(2, 8, 8, 16, 32, 3, 3, 4, 4, (1, 1), (2, 2), (1, 1), "float16", "float16", "float16",
                           Epilogue("residual"))
-    assert problem_argv(conv)[0] == "conv2d" and len(problem_argv(conv)) == 16
+    # kind, then N H W C K R S P Q, padding, stride, dilation: the workload's own fields in that order
+    assert problem_argv(conv) == ["conv2d", "2", "8", "8", "16", "32", "3", "3", "4", "4", "1", "1", "2", "2", "1", "1"]
     assert "TvmExtConv2dArgs" in emit_profiler_main(conv, "e")
 
 
