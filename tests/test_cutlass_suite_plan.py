@@ -43,14 +43,23 @@ def test_plan_shares_instances_across_models():
     assert sorted(glue) == [("a", "sm_80"), ("a", "sm_90a"), ("b", "sm_80"), ("b", "sm_90a")]
     assert plan.offloads == {("a", "sm_80"): 2, ("a", "sm_90a"): 2, ("b", "sm_80"): 2, ("b", "sm_90a"): 2}
     assert len(new) == len(plan.all_instances())
-    summary = plan.summary()
-    assert summary["sm_90a"]["instances_3x"] >= 1 and summary["sm_80"]["instances_3x"] == 0
+    # Per arch 3 instances, by epilogue: A's bias+relu GEMM, the bias GEMM A and B share (M=256, N=512,
+    # K=1024 in both: same heuristic config, so one instance), B's bias+residual GEMM.
+    # On sm_90a only the bias+residual GEMM takes a 3.x kernel (heuristic by hand, H100 = 132 SMs):
+    # the bias GEMMs split K, e.g. 64x128 tiles x 8 slices = 128 CTAs -> 0.97 * 0.67 = 0.64, far above
+    # any 3.x tile (8..32 CTAs, <= 0.18 even with the 1.5 bonus); bias+residual may not split K, and
+    # there the 3.x 64x128 pingpong tile (16 CTAs: 16/132 * 0.67 * 1.5 = 0.1212) beats the best 2.x
+    # tile (64x64x64, 5 stages: 32/132 * 0.5 - 5e-4 = 0.1207).
+    assert plan.summary() == {"sm_80": {"offloads": 4, "instances": 3, "instances_3x": 0},
+                              "sm_90a": {"offloads": 4, "instances": 3, "instances_3x": 1}}
+    bias = "fused_relax_matmul_relax_add_tvm_ext_cutlass"
     for arch in plan.archs:
-        users = sorted(u for i in plan.instances[arch].values() for u in i.users)
-        assert len(users) == 4 and len(plan.instances[arch]) <= 4
-    # ModelB's bias GEMM (M=256, N=512, K=1024) is ModelA's second GEMM: same shape, same instance
-    shared = [i for i in plan.all_instances() if {u.split("/")[0] for u in i.users} == {"a", "b"}]
-    assert shared
+        users = sorted(sorted(i.users) for i in plan.instances[arch].values())
+        assert users == sorted([[f"a/{bias}", f"b/{bias}"],
+                                ["a/fused_relax_matmul_relax_add_relax_nn_relu_tvm_ext_cutlass"],
+                                ["b/fused_relax_matmul_relax_add_relax_add_tvm_ext_cutlass"]])
+    (heavy,) = [i for i in plan.instances["sm_90a"].values() if i.heavy]
+    assert heavy.users == ["b/fused_relax_matmul_relax_add_relax_add_tvm_ext_cutlass"]
     for key in plan.glue:
         assert "TVM_FFI_DLL_EXPORT_TYPED_FUNC" in plan.glue[key]
 
