@@ -203,7 +203,9 @@ def test_glue_source_and_gxx_compile():
     for off in offs:
         assert f"TVM_FFI_DLL_EXPORT_TYPED_FUNC({off.symbol}, {off.symbol}_impl);" in src
     dense = next(o for o in offs if "dense" in o.composite)
-    assert "args.ldc = 0;" in src and "args.ldb = 32;" in src  # bias broadcast, [N, K] weight
+    start = src.index(f"static void {dense.symbol}_impl(")
+    dense_body = src[start:src.index("TVM_FFI_DLL_EXPORT_TYPED_FUNC", start)]
+    assert "args.ldc = 0;" in dense_body and "args.ldb = 32;" in dense_body  # bias broadcast, [N, K] weight
     assert "TVMFFIEnvGetStream" in src
     obj = compile_glue(src)
     # the object exports one TVM-FFI function per offload and calls the instance entries it was given
