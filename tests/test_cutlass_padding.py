@@ -93,9 +93,17 @@ def test_pad_fuses_into_the_producer():
     part = partition_for_cutlass(pad_conv_channels(convert_conv_to_nhwc(mod)))
     fused = tvm.transform.Sequential([relax.transform.LegalizeOps(), relax.transform.AnnotateTIROpPattern(),
                                       relax.transform.FuseOps(), relax.transform.FuseTIR()])(part)
-    names = {gv.name_hint for gv in fused.get_global_vars()}
-    assert "fused_transpose_pad" in names
-    assert fused["main"].script().count("R.call_tir(") == 2  # entry transpose+pad, exit transpose
+    # main: entry transpose+pad (one kernel), the offloaded conv+relu, exit transpose
+    calls = []
+    for binding in fused["main"].body.blocks[0].bindings:
+        call = binding.value
+        if isinstance(call.op, tvm.ir.Op):  # R.call_tir(gv, args): the callee is the first argument
+            calls.append((call.op.name, call.args[0].name_hint))
+        else:
+            calls.append(("call", call.op.name_hint))
+    assert calls == [("relax.call_tir", "fused_transpose_pad"),
+                     ("call", "fused_relax_nn_conv2d_relax_nn_relu_tvm_ext_cutlass"),
+                     ("relax.call_tir", "transpose1")]
 
 
 def test_non_constant_weight_padded_in_graph(llvm_target):
