@@ -46,8 +46,9 @@ def test_plan_shares_instances_across_models():
     # Per arch 3 instances, by epilogue: A's bias+relu GEMM, the bias GEMM A and B share (M=256, N=512,
     # K=1024 in both: same heuristic config, so one instance), B's bias+residual GEMM.
     # On sm_90a only the bias+residual GEMM takes a 3.x kernel (heuristic by hand, H100 = 132 SMs):
-    # the bias GEMMs split K, e.g. 64x128 tiles x 8 slices = 128 CTAs -> 0.97 * 0.67 = 0.64, far above
-    # any 3.x tile (8..32 CTAs, <= 0.18 even with the 1.5 bonus); bias+residual may not split K, and
+    # the bias GEMMs split K (64x128 tiles: 32 CTAs x 4 slices for A's first, 16 x 8 for the shared one,
+    # 128 CTAs -> 128/132 * 0.67 = 0.65), far above any 3.x tile (at most 32 CTAs: 32/132 * 0.67 * 1.5
+    # = 0.24); bias+residual may not split K, and
     # there the 3.x 64x128 pingpong tile (16 CTAs: 16/132 * 0.67 * 1.5 = 0.1212) beats the best 2.x
     # tile (64x64x64, 5 stages: 32/132 * 0.5 - 5e-4 = 0.1207).
     assert plan.summary() == {"sm_80": {"offloads": 4, "instances": 3, "instances_3x": 0},
