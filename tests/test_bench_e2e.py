@@ -35,13 +35,21 @@ def test_build_only_writes_a_complete_bundle(llvm_bundle, capsys):
     manifest = read_manifest(out)
     assert [m.name for m in manifest.models] == ["mlp", "conv_block"]
     assert manifest.target_kind == "llvm" and manifest.runtime is None
+    # Kernels: mlp = 2 fused (matmul + bias + relu, matmul + bias); conv_block = conv + folded BN bias
+    # + relu, max pool, global average pool, Gemm + bias (Flatten is a reshape the VM does in place).
+    # Weights: the float initializers of >= 1024 elements (make_skeleton's default); the biases,
+    # the BN statistics and the 10x16 fc weight stay in the model.
+    expect = {"mlp": (2, [("fc0.weight", (128, 64)), ("fc1.weight", (64, 128))]),
+              "conv_block": (4, [("conv1.weight", (16, 3, 7, 7))])}
     for m in manifest.models:
         assert m.status == "ok" and len(m.builds) == 1
         b = m.builds[0]
         assert b.system == "baseline" and b.status == "ok" and b.device_code == "host"
-        assert b.kernels >= 2 and (out / b.library).is_file() and b.library_bytes == (out / b.library).stat().st_size
-        assert m.weights and m.transform_params and m.weights_digest and len(m.check_digests) == 2
-        assert (out / m.reference).is_file() and m.flops > 0 and m.min_traffic_bytes > 0
+        kernels, weights = expect[m.name]
+        assert b.kernels == kernels and [(w.name, tuple(w.shape)) for w in m.weights] == weights
+        assert (out / b.library).is_file() and b.library_bytes == (out / b.library).stat().st_size
+        assert m.transform_params and m.weights_digest and len(m.check_digests) == 2
+        assert (out / m.reference).is_file()
         # weights travel as a recipe: no weight's bytes are inside the library
         assert all(w.std > 0 for w in m.weights)
         library = (out / b.library).read_bytes()
@@ -49,7 +57,10 @@ def test_build_only_writes_a_complete_bundle(llvm_bundle, capsys):
             assert values.tobytes()[:256] not in library, w.name
     mlp = manifest.model("mlp")
     assert [i.name for i in mlp.inputs] == ["x"] and mlp.inputs[0].kind == "normal"
-    assert mlp.builds[0].kernels == 2  # two fused matmul+bias(+relu) groups
+    # mlp: x [8, 64] -> 128 -> 64. flops: two GEMMs 2 * 8 * 64 * 128 each, bias adds 8 * (128 + 64),
+    # relu 8 * 128; least traffic: x, both weights, both biases read once, y written once (fp32)
+    assert mlp.flops == 2 * (2 * 8 * 64 * 128) + 8 * (128 + 64) + 8 * 128
+    assert mlp.min_traffic_bytes == (8 * 64 + 2 * 64 * 128 + 128 + 64 + 8 * 64) * 4
     shipped = sorted(p.stem for p in (out / "python" / "tvm_ext" / "bench").glob("*.py"))
     assert shipped == sorted(RUNTIME_MODULES)
     assert os.access(out / "run.sh", os.X_OK)

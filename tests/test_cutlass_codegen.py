@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import subprocess
 
 import numpy as np
 import pytest
@@ -116,17 +117,48 @@ def test_workload_rejects_foreign_function():
 GEMM = GemmWorkload("dense", 1, 256, 512, 128, "float16", "float16", "float16", "col", Epilogue("bias", "gelu"))
 
 
+def _template_args(src: str, template: str) -> list[str]:
+    """Top-level template arguments of the first ``template<...>`` in C++ ``src`` (comments dropped)."""
+    body = src[src.index(template + "<") + len(template) + 1:]
+    text = "\n".join(line.split("//")[0] for line in body.splitlines())
+    args, depth, cur = [], 0, ""
+    for ch in text:
+        if ch == "<":
+            depth += 1
+        elif ch == ">":
+            if depth == 0:
+                return [a for a in (" ".join(x.split()) for x in args + [cur]) if a]
+            depth -= 1
+        elif ch == "," and depth == 0:
+            args.append(cur)
+            cur = ""
+            continue
+        cur += ch
+    raise ValueError(f"unterminated {template}<...>")
+
+
 def test_emit_2x_gemm_source():
     src = emit_gemm(GEMM, CFG_2X, 80, "entry_2x")
     assert 'extern "C" int entry_2x(const TvmExtGemmArgs* args' in src
     assert "cutlass::gemm::kernel::DefaultGemmUniversal<" in src and "cutlass::arch::Sm80" in src
     assert "LinearCombinationGeneric<cutlass::epilogue::thread::GELU, cutlass::half_t, 8, float, float>" in src
-    # the kernel is the transposed problem of cutlass_library's convention: our A is row-major,
-    # the dense weight [N, K] column-major, D row-major.
-    i = src.index("DefaultGemmUniversal<")
-    head = src[i:i + 400]
-    assert head.index("cutlass::layout::RowMajor") < head.index("cutlass::layout::ColumnMajor")
-    assert "GemmShape<128, 128, 32>" in src and "GemmShape<64, 64, 32>" in src and "GemmShape<16, 8, 16>" in src
+    # cutlass_library's 2.x emitter instantiates the transposed problem; described transposed, the
+    # kernel reads our A row-major, the dense weight [N, K] column-major and writes D row-major.
+    # DefaultGemmUniversal<ElementA, LayoutA, TransformA, AlignA, ElementB, LayoutB, TransformB, AlignB,
+    #   ElementC, LayoutC, Accumulator, OpClass, Arch, TB, Warp, Instruction, Epilogue, Swizzle, Stages, Op>
+    args = _template_args(src, "cutlass::gemm::kernel::DefaultGemmUniversal")
+    assert len(args) == 20
+    assert (args[1], args[5], args[9]) == ("cutlass::layout::RowMajor", "cutlass::layout::ColumnMajor",
+                                           "cutlass::layout::RowMajor")
+    assert (args[3], args[7]) == ("8", "8")                     # 128-bit loads: 8 halves
+    assert args[12:16] == ["cutlass::arch::Sm80", "cutlass::gemm::GemmShape<128, 128, 32>",
+                           "cutlass::gemm::GemmShape<64, 64, 32>", "cutlass::gemm::GemmShape<16, 8, 16>"]
+    # warps (2, 2, 1) split the 128x128 threadblock into 64x64 warp tiles; swizzle 8 and 3 stages
+    assert args[17:19] == ["cutlass::gemm::threadblock::GemmIdentityThreadblockSwizzle<8>", "3"]
+    # a row-major B (plain matmul) keeps its layout in the same slot
+    row = _template_args(emit_gemm(dataclasses.replace(GEMM, layout_b="row"), CFG_2X, 80, "e"),
+                         "cutlass::gemm::kernel::DefaultGemmUniversal")
+    assert (row[1], row[5], row[9]) == ("cutlass::layout::RowMajor",) * 3
 
 
 def test_emit_3x_gemm_source():
@@ -171,10 +203,17 @@ def test_glue_source_and_gxx_compile():
     for off in offs:
         assert f"TVM_FFI_DLL_EXPORT_TYPED_FUNC({off.symbol}, {off.symbol}_impl);" in src
     dense = next(o for o in offs if "dense" in o.composite)
-    assert "args.ldc = 0;" in src and "args.ldb = 32;" in src  # bias broadcast, [N, K] weight
+    start = src.index(f"static void {dense.symbol}_impl(")
+    dense_body = src[start:src.index("TVM_FFI_DLL_EXPORT_TYPED_FUNC", start)]
+    assert "args.ldc = 0;" in dense_body and "args.ldb = 32;" in dense_body  # bias broadcast, [N, K] weight
     assert "TVMFFIEnvGetStream" in src
     obj = compile_glue(src)
-    assert obj.stat().st_size > 0 and dense.symbol
+    # the object exports one TVM-FFI function per offload and calls the instance entries it was given
+    nm = subprocess.run(["nm", str(obj)], capture_output=True, text=True, check=True).stdout.split("\n")
+    defined = {line.split()[-1] for line in nm if " T " in line}
+    undefined = {line.split()[-1] for line in nm if line.strip().startswith("U ")}
+    assert {f"__tvm_ffi_{o.symbol}" for o in offs} <= defined
+    assert {"entry_a", "entry_b"} <= undefined
 
 
 def test_offload_passes_targets():

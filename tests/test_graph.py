@@ -47,7 +47,7 @@ def _ix(graph: OpGraph, *names: str) -> list[int]:
     return [graph.node(n).index for n in names]
 
 
-def test_nodes_and_tensors(graph):
+def test_nodes_and_tensors(mod, graph):
     assert [n.name for n in graph.nodes] == ["mm", "ba", "sm", "ln", "tr", "rs", "ad", "sp", "gv"]
     assert [n.func_name for n in graph.nodes][:4] == ["matmul", "add", "softmax", "layer_norm"]
     assert graph.node("ln").inputs == ("sm", "g", "be")
@@ -60,7 +60,7 @@ def test_nodes_and_tensors(graph):
     const = [n for n, k in kinds.items() if k == TensorKind.CONSTANT]
     assert len(const) == 1 and graph.tensors[const[0]].consumers == (graph.node("ad").index,)
     assert graph.tensors["mm"].nbytes == 4 * 16 * 4
-    assert all(n.func is not None for n in graph.nodes)
+    assert all(isinstance(n.func, tvm.tirx.PrimFunc) and n.func.same_as(mod[n.func_name]) for n in graph.nodes)
 
 
 def test_op_classes(graph):
@@ -93,6 +93,11 @@ def test_memory_intensive_threshold(mod, graph):
     loose = OpGraph.from_module(mod, intensity_threshold=1.0)
     assert not loose.node("mm").memory_intensive           # 1.14 flop/B >= 1.0
     assert loose.node("sm").memory_intensive                # 0.625 flop/B
+    # layer norm on 4x16: row sum (1 add x 64) + mean (1 divide x 4) + variance sum (2 subtracts, multiply,
+    # add: 4 x 64) + normalise ((x - mean) * rsqrt(var / 16 + eps) * g + b: 7 x 64), over
+    # (64 + 16 + 16) * 4 B read + 64 * 4 B written = 640 B
+    assert graph.node("ln").flops == 64 + 4 + 4 * 64 + 7 * 64 == 772
+    assert graph.node("ln").bytes_read + graph.node("ln").bytes_written == 640
     assert loose.node("ln").memory_intensive is False       # 772 / 640 = 1.21
 
 
@@ -209,14 +214,18 @@ def test_shape_values_carry_no_tensors():
     x = relax.Var("x", relax.TensorType((2, 3), "float32"))
     with bb.function("main", [x]):
         with bb.dataflow():
-            shape = bb.emit(relax.op.shape_of(x))
+            bb.emit(relax.op.shape_of(x))
             y = bb.emit(relax.op.reshape(x, relax.ShapeExpr([3, 2])))
             out = bb.emit_output(relax.op.add(y, y))
         bb.emit_func_output(out)
     mod = tvm.transform.Sequential([relax.transform.LegalizeOps(),
                                     relax.transform.AnnotateTIROpPattern()])(bb.get())
     graph = OpGraph.from_module(mod)
-    assert shape is not None
-    assert all(t.shape for t in graph.tensors.values() if t.kind != TensorKind.CONSTANT)
-    assert graph.topological_order() == list(range(len(graph.nodes)))
+    assert [n.func_name for n in graph.nodes] == ["relax.shape_of", "reshape", "add"]
+    assert graph.nodes[0].outputs == () and graph.consumers(0) == []    # the shape value is no tensor
+    y = graph.nodes[1].outputs[0]
+    assert graph.nodes[2].inputs == (y, y) and graph.producers(2) == [1]
+    assert {n: (t.shape, t.kind) for n, t in graph.tensors.items()} == {
+        "x": ((2, 3), TensorKind.INPUT), y: ((3, 2), TensorKind.INTERMEDIATE), "gv": ((3, 2), TensorKind.OUTPUT)}
+    assert graph.topological_order() == [0, 1, 2]
     assert graph.nodes[-1].op_class == OpClass.ELEMENTWISE

@@ -174,9 +174,32 @@ def _committed() -> list:
     return sorted(SKELETON_DIR.glob("*.onnx"))
 
 
+def _registry_batch1_files() -> list[str]:
+    """File names make_skeletons.py writes: the fp32 batch-1 variant(s) of every model in
+    scripts/corpus/registry.py (read with ast: the registry itself imports torch)."""
+    import ast
+    from pathlib import Path
+
+    tree = ast.parse((Path(__file__).resolve().parents[1] / "scripts" / "corpus" / "registry.py").read_text())
+    names = []
+    for call in ast.walk(tree):
+        if not (isinstance(call, ast.Call) and getattr(call.func, "id", None) == "_spec"):
+            continue
+        model = ast.literal_eval(call.args[0])
+        variants = [(1, None)]  # the default, _B1
+        if len(call.args) > 3:
+            variants = [tuple(ast.literal_eval(a) for a in v.args) + (None,) for v in call.args[3].elts]
+        for batch, seq, *_ in variants:
+            if batch == 1:
+                names.append(f"{model}_{'' if seq is None else f's{seq}_'}b1_fp32.onnx")
+    return sorted(names)
+
+
 def test_committed_skeletons_are_small_and_consistent():
     files = _committed()
-    assert len(files) >= 17, f"expected the whole corpus in {SKELETON_DIR}, found {len(files)}"
+    expected = _registry_batch1_files()
+    assert len(expected) == 19  # 17 models; bert_base and bert_large at seq 128 and 384
+    assert [f.name for f in files] == expected, f"expected the whole corpus in {SKELETON_DIR}"
     assert sum(f.stat().st_size for f in files) < 6 * 2 ** 20
     for path in files:
         model = onnx.load(str(path))
@@ -232,7 +255,7 @@ def test_resolve_models_names_paths_and_missing(tmp_path):
     from tvm_ext.models.skeleton import SKELETON_DIR, resolve_models
 
     every = resolve_models([])
-    assert every == sorted(SKELETON_DIR.glob("*.onnx")) and len(every) >= 19
+    assert every == [SKELETON_DIR / name for name in _registry_batch1_files()]
     assert resolve_models(["resnet50_b1_fp32"]) == [SKELETON_DIR / "resnet50_b1_fp32.onnx"]
     with pytest.raises(ModelLoadError, match="nosuch_model.*missing.onnx"):
         resolve_models(["nosuch_model", str(tmp_path / "missing.onnx")])

@@ -10,10 +10,12 @@ import re
 
 import pytest
 import tvm
+import tvm_ffi
 from tvm import relax
 
 import tvm_ext.tir as ttir
 from tvm_ext.frontend import from_onnx
+from tvm_ext.hardware import device_from_target, occupancy
 from tvm_ext.toolchain import compile_cuda_source, nvcc_available
 from tvm_ext.models import get_model
 from tvm_ext.driver import preset_passes, preset_pipeline
@@ -119,17 +121,34 @@ def test_global_scheme_group_has_grid_barrier_and_cooperative_launch(target_name
     scheduled = _scheduled(mod, target)
     assert list(_stitch_rules(scheduled).values()) == ["stitched+grid_sync"]
     func = next(f for gv, f in scheduled.functions_items() if gv.name_hint.startswith("fused"))
-    assert int(func.attrs[ttir.MIN_BLOCKS_ATTR]) >= 1 and len(func.params) == 3 + 1 + 2   # two global workspaces
+    assert len(func.params) == 3 + 1 + 2   # two global workspaces
     src = _cuda(mod, target)
     kernels = _kernels(src)
     assert len(kernels) == 1
     (bounds,) = kernels.values()
     threads, min_blocks = (int(v) for v in bounds.split(","))
-    assert min_blocks == int(func.attrs[ttir.MIN_BLOCKS_ATTR]) and threads >= 32
+    # A grid barrier is only safe if every block is resident at once: the launch bound asks for as
+    # many blocks per SM as fit (occupancy at the assumed 32 registers per thread) and the grid
+    # stays within one wave of them.
+    spec = device_from_target(target)
+    assert min_blocks == int(func.attrs[ttir.MIN_BLOCKS_ATTR]) == occupancy(spec, threads, 32).blocks_per_sm
+    assert threads % spec.warp_size == 0
+    assert _extent(func, "threadIdx.x") * _extent(func, "threadIdx.y") == threads
+    assert _extent(func, "blockIdx.x") <= min_blocks * spec.sm_count
     assert src.count("tvm_builtin_cuda_grid_sync();") == 2        # power.1 and reduce.2 are global
     compile_cuda_source(src, target)
     kernel = _device_kernels(func.with_attr("global_symbol", "fig7"), target)["fig7_kernel"]
     assert ttir.COOPERATIVE_TAG in ttir.launch_params(kernel)
+
+
+def _extent(func: tvm.tirx.PrimFunc, tag: str) -> int:
+    """Extent of the loop bound to thread axis ``tag`` in ``func`` (1 when none is)."""
+    loops: list = []
+    tvm_ffi.structural_walk(func.body, (tvm.tirx.For, loops.append))
+    extents = {int(lp.extent) for lp in loops
+               if lp.thread_binding is not None and str(lp.thread_binding.thread_tag) == tag}
+    assert len(extents) <= 1, (tag, extents)
+    return extents.pop() if extents else 1
 
 
 _CAPTURED: list = []

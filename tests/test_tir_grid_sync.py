@@ -3,11 +3,13 @@ from __future__ import annotations
 
 import pytest
 import tvm
+import tvm_ffi
 from tvm import te, tirx
 
 import tvm_ext.tir as ttir
 from tvm_ext.tir import (
     COOPERATIVE_TAG,
+    GRID_SYNC_OP,
     MIN_BLOCKS_ATTR,
     has_grid_sync,
     insert_grid_sync,
@@ -40,29 +42,59 @@ def _two_stage(dependent: bool) -> tirx.PrimFunc:
     return sch.mod["main"]
 
 
+def _kernel_stmts(func: tirx.PrimFunc) -> list[tirx.Stmt]:
+    """The statements directly under the (single) blockIdx.x loop of ``func``."""
+    loops: list = []
+    tvm_ffi.structural_walk(func.body, (tirx.For, loops.append))
+    (bx,) = [lp for lp in loops if lp.thread_binding is not None and str(lp.thread_binding.thread_tag) == "blockIdx.x"]
+    return list(bx.body.seq) if isinstance(bx.body, tirx.SeqStmt) else [bx.body]
+
+
+def _is_grid_sync(stmt: tirx.Stmt) -> bool:
+    """Whether ``stmt`` is exactly ``T.cuda.grid_sync()``."""
+    return (isinstance(stmt, tirx.Evaluate) and isinstance(stmt.value, tvm.ir.Call)
+            and isinstance(stmt.value.op, tvm.ir.Op) and stmt.value.op.name == GRID_SYNC_OP)
+
+
+def _without_grid_syncs(func: tirx.PrimFunc) -> tirx.PrimFunc:
+    """``func`` with every ``T.cuda.grid_sync()`` statement removed."""
+    def on_seq(seq, mutator):
+        kept = [s for s in mutator.default_mutate(seq).seq if not _is_grid_sync(s)]
+        return kept[0] if len(kept) == 1 else tirx.SeqStmt(kept)
+
+    return func.with_body(tvm_ffi.structural_mutate(func.body, (tirx.SeqStmt, on_seq)))
+
+
 def test_barrier_between_dependent_stages():
+    before = _kernel_stmts(_two_stage(dependent=True))
     func, count = insert_grid_sync(_two_stage(dependent=True))
     assert count == 1 and has_grid_sync(func)
-    script = func.script()
-    # the barrier sits between the reduction and its consumer
-    assert script.index('T.sblock("R")') < script.index("T.cuda.grid_sync()") < script.index('T.sblock("C")')
+    # the kernel body was [R stage, C stage]: the barrier sits between the reduction and its
+    # consumer, and it is the only change to the function
+    after = _kernel_stmts(func)
+    assert len(before) == 2 and len(after) == 3 and _is_grid_sync(after[1])
+    tvm.ir.assert_structural_equal(_without_grid_syncs(func), _two_stage(dependent=True))
 
 
 def test_no_barrier_between_independent_stages():
     func, count = insert_grid_sync(_two_stage(dependent=False))
     assert count == 0 and not has_grid_sync(func)
+    tvm.ir.assert_structural_equal(func, _two_stage(dependent=False))
 
 
 def test_insertion_is_idempotent():
     once, _ = insert_grid_sync(_two_stage(dependent=True))
     twice, count = insert_grid_sync(once)
-    assert count == 0 and twice.script().count("grid_sync") == 1
+    assert count == 0
+    tvm.ir.assert_structural_equal(twice, once)
 
 
 def test_pass_form():
     mod = tvm.IRModule({"main": _two_stage(dependent=True)})
     out = ttir.InsertGridSync()(mod)
-    assert has_grid_sync(out["main"])
+    tvm.ir.assert_structural_equal(out["main"], insert_grid_sync(_two_stage(dependent=True))[0])
+    independent = tvm.IRModule({"main": _two_stage(dependent=False)})
+    tvm.ir.assert_structural_equal(ttir.InsertGridSync()(independent), independent)
 
 
 _CAPTURED: list = []

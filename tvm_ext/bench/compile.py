@@ -91,7 +91,7 @@ def _export_gpu(stages, prepared: PreparedModel, entry: BuildEntry, path: Path) 
     entry.kernels = int(report.kernels)
     entry.distinct_kernels = int(report.distinct_kernels)
     entry.modelled_traffic_bytes = int(report.traffic_bytes)
-    entry.modelled_latency_s = float(report.modelled_time_s)
+    entry.modelled_time_s = float(report.modelled_time_s)
     entry.stage_s = {k: round(float(v), 3) for k, v in report.stage_seconds.items()}
     return ModelCost(int(report.flops), int(report.min_traffic_bytes), str(report.dtype))
 

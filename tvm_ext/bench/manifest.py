@@ -65,7 +65,7 @@ class BuildEntry:
     kernels: int | None = None
     distinct_kernels: int | None = None
     modelled_traffic_bytes: int | None = None
-    modelled_latency_s: float | None = None
+    modelled_time_s: float | None = None
     compile_s: float = 0.0
     stage_s: dict[str, float] = field(default_factory=dict)
 

@@ -76,7 +76,7 @@ def _record(manifest: Manifest, entry: ModelEntry, m: Measurement, base: dict, r
     if build is not None:
         rec.update(framework="tvm", preset=build.preset, cuda_graph=build.cuda_graph,
                    distinct_kernels=build.distinct_kernels, modelled_traffic_bytes=build.modelled_traffic_bytes,
-                   modelled_latency_ms=None if build.modelled_latency_s is None else build.modelled_latency_s * 1e3,
+                   modelled_time_ms=None if build.modelled_time_s is None else build.modelled_time_s * 1e3,
                    target=manifest.target)
     rec.update(m.extra)
     rec["error"] = m.error
