@@ -76,16 +76,36 @@ def test_describe_prices_the_tiling():
     """Padded flops, re-reads of A and B per tile column / row, split-K's extra output passes."""
     wl = gemm(256, 512, 128)                                      # bias epilogue, fp16 in and out
     cfg = KernelConfig("2x", (128, 128, 32), (2, 2, 1), (16, 8, 16), 3)
-    k = describe(wl, cfg)
+    k = describe(wl, cfg, H100)
     assert k.flops == 2 * 256 * 512 * 128                         # 2 x 4 tiles cover the problem exactly
     a, b, out, bias = 256 * 128 * 2, 128 * 512 * 2, 256 * 512 * 2, 512 * 2
     assert k.global_bytes == a * 4 + b * 2 + out + bias           # A read by 4 tile columns, B by 2 tile rows
     assert k.unique_bytes == a + b + out + bias
+    assert k.dram_bytes == k.unique_bytes                         # 0.4 MB fit in L2: re-reads hit it
     assert (k.launch.grid, k.launch.threads, k.launch.shared_bytes) == (8, 128, 3 * (128 + 128) * 32 * 2)
-    ragged = describe(gemm(200, 500, 128), cfg)                   # 2 x 4 tiles of 128 x 128 still
+    ragged = describe(gemm(200, 500, 128), cfg, H100)                   # 2 x 4 tiles of 128 x 128 still
     assert ragged.flops == 2 * 256 * 512 * 128
-    split = describe(wl, KernelConfig("2x", (128, 128, 32), (2, 2, 1), (16, 8, 16), 3, split_k=4))
+    split = describe(wl, KernelConfig("2x", (128, 128, 32), (2, 2, 1), (16, 8, 16), 3, split_k=4), H100)
     assert split.launch.grid == 32 and split.global_bytes == k.global_bytes + 2 * 3 * out
+
+
+def test_dram_bytes_of_a_gemm_larger_than_l2():
+    """4096^3 fp16 on H100, 128x256 cooperative tiles: 512 CTAs, 2 resident per SM (98 KiB of
+    stages + 1 KiB reserved each, of 228 KiB) -> waves of 264 CTAs, each a 17 x 16 tile patch
+    reading 17 x 128 rows of A and all 4096 columns of B once from DRAM."""
+    wl = gemm(4096, 4096, 4096)
+    cfg = KernelConfig("3x", (128, 256, 64), (2, 1, 1), (64, 256, 16), 0, cluster=(1, 1, 1), schedule="cooperative")
+    k = describe(wl, cfg, H100)
+    assert (k.launch.grid, k.launch.threads, k.launch.shared_bytes) == (512, 384, 2 * (128 + 256) * 64 * 2)
+    operand, out, bias = 4096 * 4096 * 2, 4096 * 4096 * 2, 4096 * 2
+    assert k.unique_bytes == 2 * operand + out + bias > H100.l2_cache_bytes
+    assert k.global_bytes == operand * 16 + operand * 32 + out + bias     # A by 16 tile columns, B by 32 tile rows
+    bands = 17 * 128 * 4096 * 2 + 4096 * 4096 * 2
+    assert k.dram_bytes == 2 * bands + out + bias
+    est = AnalyticCostModel().cost(k, H100)
+    # compute-bound in the model: 2 x 4096^3 at 0.7 x 989.4 TFLOP/s, x 4 / (512 / 132) for the last wave
+    compute = 2 * 4096 ** 3 / (0.7 * 989.4e12) * (4 / (512 / 132))
+    assert est.parts["compute_s"] == pytest.approx(compute) and est.parts["memory_s"] < compute
 
 
 def test_cheapest_config_follows_the_model():
@@ -97,7 +117,7 @@ def test_cheapest_config_follows_the_model():
     cfg, est = cheapest_config(gemm(2048, 2048, 2048), "sm_90a", H100)
     assert cfg.api == "3x" and est.source == "analytic"
     model = AnalyticCostModel()
-    best_2x = min(model.cost(describe(gemm(2048, 2048, 2048), c), H100).seconds
+    best_2x = min(model.cost(describe(gemm(2048, 2048, 2048), c, H100), H100).seconds
                   for c in candidates(gemm(2048, 2048, 2048), "sm_90a", H100) if c.api == "2x")
     assert best_2x > est.seconds * 1.2
 

@@ -200,3 +200,58 @@ def test_bundled_bert_layer_compiles(target_name):
     assert not any("softmax" in n and "matmul" not in n for n in names)
     assert not any("transpose" in n and "matmul" not in n for n in names)   # no data-movement kernels
     compile_cuda_source(src, target)
+
+
+def mlp_module():
+    """Two small GEMMs with bias and ReLU: every GEMM reads a whole row another block wrote, so the
+    stitched kernel is a chain of global stages (MMoE's experts are this shape)."""
+    t = relax.TensorType
+    x, w1, b1, w2 = (relax.Var("x", t((4, 64), "float32")), relax.Var("w1", t((64, 32), "float32")),
+                     relax.Var("b1", t((32,), "float32")), relax.Var("w2", t((32, 16), "float32")))
+    return _module([x, w1, b1, w2], lambda x, w1, b1, w2: relax.op.matmul(
+        relax.op.nn.relu(relax.op.add(relax.op.matmul(x, w1), b1)), w2))
+
+
+def two_experts_module():
+    """Two independent two-layer experts whose outputs are added (MMoE's shape): each second GEMM
+    reads a hidden row other blocks wrote (a barrier), but the second expert's hidden layer was
+    written before the first barrier already, so fewer barriers than stage boundaries."""
+    t = relax.TensorType
+    x = relax.Var("x", t((4, 64), "float32"))
+    ws = [relax.Var(f"w{i}", t(s, "float32")) for i, s in enumerate([(64, 32), (64, 32), (32, 16), (32, 16)])]
+
+    def body(x, w0, w1, w2, w3):
+        h0, h1 = relax.op.nn.relu(relax.op.matmul(x, w0)), relax.op.nn.relu(relax.op.matmul(x, w1))
+        return relax.op.add(relax.op.matmul(h0, w2), relax.op.matmul(h1, w3))
+    return _module([x, *ws], body)
+
+
+@pytest.mark.parametrize("make", [figure7_module, squeeze_excite_module, long_rows_module, mlp_module,
+                                  two_experts_module],
+                         ids=["figure7", "squeeze_excite", "split_rows", "mlp", "two_experts"])
+def test_planned_barriers_are_the_inserted_ones(make):
+    """The candidate is priced with the plan's barrier count (before any schedule exists); the
+    report with the barriers the schedule got. Both must agree, or selection and report diverge."""
+    from tvm_ext.select.launch import grid_barriers, launch_shape
+    from tvm_ext.stitch.planner import plan_prim_func
+
+    target = tvm.target.Target("tvm_ext/h100")
+    mod = make()
+    with target:
+        stages = preset_passes("stitch", target)
+        graph = tvm.transform.Sequential(stages.graph)(mod)
+        scheduled = tvm.transform.Sequential(stages.schedule)(graph)
+    checked = 0
+    for name in planned_by(scheduled, "stitch"):
+        func = graph[name]
+        plan = plan_prim_func(func, device_from_target(target))
+        real = grid_barriers(scheduled[name])
+        assert plan.barriers() == real == launch_shape(scheduled[name]).grid_syncs, name
+        # the upper bound a plan read back from JSON falls back to
+        assert real <= max(1, len(plan.stages) - 1) or not plan.needs_grid_sync
+        checked += real > 0
+    assert checked
+    if make is figure7_module:
+        assert real == 2                                        # power.1 and reduce.2 are global
+    if make is two_experts_module:
+        assert (real, len(plan.stages) - 1) == (1, 2)

@@ -146,9 +146,10 @@ class CutlassGenerator:
         cfg, _ = choose_config(wl, arch, device, database)
         plan = CutlassPlan(offload.composite, cfg, arch, wl.key())
         ctx.memo(("cutlass-call", ctx.ordered(nodes)), lambda: (outer, args))
-        kernel = describe(wl, cfg)
+        kernel = describe(wl, cfg, device)
         return Candidate.of(ctx.graph, nodes, plan, launch=kernel.launch, code_path=kernel.code_path,
                             global_bytes=kernel.global_bytes, unique_bytes=kernel.unique_bytes,
+                            dram_bytes=kernel.dram_bytes,
                             provenance=f"CUTLASS pattern {plan.composite}", key=wl.key(),
                             record_dtype=workload_dtype(wl))
 

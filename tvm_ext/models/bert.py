@@ -142,5 +142,6 @@ def bert_layer(
     g.output(out, [b_dim, s_dim, hidden])
     return g.model(
         f"BERT encoder layer: batch={b_dim} seq={s_dim} hidden={hidden} heads={heads} "
-        f"intermediate={intermediate} dtype={dtype} seed={seed} mask={attention_mask} pre_norm={pre_norm}"
+        f"intermediate={intermediate} dtype={dtype} seed={seed} mask={attention_mask}"
+        + (" pre_norm=True" if pre_norm else "")
     )

@@ -13,8 +13,10 @@ For a kernel (a :class:`~tvm_ext.select.candidate.Candidate`, or any object with
 * **wave quantization** (compute): blocks run in waves over the SMs; an SM that holds
   ``ceil(grid / SMs)`` blocks while others hold fewer sets the time, so the ideal time is scaled
   by ``ceil(grid / SMs) / (grid / SMs)`` (>= 1, and ``SMs / grid`` for grids smaller than the GPU);
-* **DRAM bytes**: the kernel's distinct bytes (``unique_bytes``) when everything it touches fits
-  in L2 (re-reads then hit L2), else everything it moves (``global_bytes``);
+* **DRAM bytes**: what the kernel's description says its tiling reads from DRAM
+  (``dram_bytes``, when the generator knows its tiling, as CUTLASS's does: see
+  :func:`~tvm_ext.cutlass.pricing.describe`), else its distinct bytes (``unique_bytes``) when they
+  fit in L2 (:func:`fits_l2`: re-reads then hit L2), else everything it moves (``global_bytes``);
 * **achievable DRAM bandwidth**: ``min(datasheet x dram_efficiency, bytes in flight / latency)``
   (Little's law), where bytes in flight = resident blocks (one wave, from the occupancy
   calculator) x per block ``threads x bytes_in_flight_per_thread`` -- or, for tensor-core kernels,
@@ -56,6 +58,19 @@ class Priced(Protocol):
     @property
     def unique_bytes(self) -> int:
         """Distinct bytes the kernel touches in global memory."""
+
+
+def fits_l2(nbytes: int, device: DeviceSpec) -> bool:
+    """Whether ``nbytes`` of data stay in ``device``'s L2 between re-reads (the one L2 rule)."""
+    return nbytes <= device.l2_cache_bytes
+
+
+def dram_bytes(kernel: Priced, device: DeviceSpec) -> int:
+    """Bytes one call of ``kernel`` moves to and from DRAM (see the module docstring)."""
+    known = int(getattr(kernel, "dram_bytes", 0))
+    if known:
+        return known
+    return kernel.unique_bytes if fits_l2(kernel.unique_bytes, device) else kernel.global_bytes
 
 
 def peak_flops(device: DeviceSpec, code_path: CodePath, dtype: str) -> float:
@@ -122,10 +137,8 @@ class AnalyticCostModel:
             per_block = max(per_block, launch.shared_bytes)
         in_flight = min(launch.grid, resident_blocks(device, launch)) * per_block
         dram_bw = min(device.dram_bandwidth_bytes_per_s * c.dram_efficiency, in_flight / c.dram_latency_s)
-        fits_l2 = kernel.unique_bytes <= device.l2_cache_bytes
-        dram_bytes = kernel.unique_bytes if fits_l2 else kernel.global_bytes
         l2_bw = device.level("l2").bandwidth_bytes_per_s
-        memory = max(dram_bytes / dram_bw, kernel.global_bytes / l2_bw) if kernel.global_bytes else 0.0
+        memory = max(dram_bytes(kernel, device) / dram_bw, kernel.global_bytes / l2_bw) if kernel.global_bytes else 0.0
         return {"launch_s": launch.kernels * per_launch, "compute_s": compute, "memory_s": memory,
                 "sync_s": launch.grid_syncs * c.grid_sync_s}
 
@@ -137,4 +150,4 @@ class AnalyticCostModel:
 
 
 __all__ = ["ASSUMED_REGISTERS", "AnalyticCostModel", "Priced", "efficiency", "peak_flops", "resident_blocks",
-           "wave_factor"]
+           "dram_bytes", "fits_l2", "wave_factor"]

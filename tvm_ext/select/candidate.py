@@ -85,8 +85,11 @@ class Candidate:
         Global-memory traffic of one call as the plan schedules it (boundary tensors plus the
         re-reads its tiling causes and the round trips of global workspaces).
     unique_bytes : int
-        Distinct global bytes it touches (its working set; 0 means ``global_bytes``): re-reads of
-        them hit L2 when they fit.
+        Distinct global bytes it touches (0 means ``global_bytes``): re-reads of them hit L2
+        when they fit.
+    dram_bytes : int
+        Bytes one call moves to and from DRAM as its tiling and L2 make them, when the generator
+        knows (0: the cost model decides from ``unique_bytes`` and ``global_bytes``).
     launch : LaunchShape
         Launch shape of one call.
     code_path : CodePath
@@ -116,6 +119,7 @@ class Candidate:
     key: str = field(default="", compare=False)
     unique_bytes: int = 0
     record_dtype: str = ""
+    dram_bytes: int = 0
 
     def __post_init__(self) -> None:
         if self.unique_bytes <= 0:
@@ -134,7 +138,7 @@ class Candidate:
     @classmethod
     def of(cls, graph: OpGraph, nodes: Iterable[int], plan: Plan, *, launch: LaunchShape,
            global_bytes: int | None = None, unique_bytes: int = 0, code_path: CodePath = CodePath.SIMT,
-           provenance: str = "", key: str = "", record_dtype: str = "") -> "Candidate":
+           provenance: str = "", key: str = "", record_dtype: str = "", dram_bytes: int = 0) -> "Candidate":
         """A candidate over ``nodes`` of ``graph``: boundary tensors, flops and dtype read from the graph.
 
         ``global_bytes`` defaults to the boundary tensors read and written once each.
@@ -147,7 +151,7 @@ class Candidate:
                    flops=int(sum(graph.nodes[n].flops for n in members)),
                    global_bytes=int(moved if global_bytes is None else global_bytes), launch=launch,
                    code_path=code_path, dtype=dominant_dtype(graph, members), provenance=provenance, key=key,
-                   unique_bytes=int(unique_bytes), record_dtype=record_dtype)
+                   unique_bytes=int(unique_bytes), record_dtype=record_dtype, dram_bytes=int(dram_bytes))
 
     def describe(self) -> str:
         """One line: generator, node count and the plan summary."""

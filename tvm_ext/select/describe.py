@@ -16,6 +16,7 @@ Example
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Any, Mapping
@@ -45,6 +46,7 @@ class KernelDescription:
     key: str = ""
     plan: Any = None
     record_dtype: str = ""
+    dram_bytes: int = 0
 
     @property
     def database_dtype(self) -> str:
@@ -111,14 +113,21 @@ def describe_library(record: Mapping[str, Any]) -> KernelDescription | None:
         import json
 
         data = json.loads(data)
-    launch = LaunchShape(**{k: (None if v is None else int(v)) for k, v in dict(data["launch"]).items()})
     try:
         plan = plan_from_text(str(record["plan"])) if "plan" in record else None
     except PlanError:
         plan = None
-    return KernelDescription(int(data["flops"]), int(data["global_bytes"]), int(data["unique_bytes"]), launch,
-                             CodePath(str(data["code_path"])), str(data["dtype"]), key=str(record.get("key", "")),
-                             plan=plan, record_dtype=str(record.get("record_dtype", "")))
+    return dataclasses.replace(description_from_json(data), key=str(record.get("key", "")), plan=plan,
+                               record_dtype=str(record.get("record_dtype", "")))
 
 
-__all__ = ["KernelDescription", "describe_library", "describe_scheduled"]
+def description_from_json(data: Mapping[str, Any]) -> KernelDescription:
+    """The kernel a :func:`~tvm_ext.select.measured.kernel_description` JSON describes."""
+    launch = LaunchShape(**{k: (None if v is None else int(v)) for k, v in dict(data["launch"]).items()})
+    return KernelDescription(int(data["flops"]), int(data["global_bytes"]),
+                             int(data.get("unique_bytes", data["global_bytes"])), launch,
+                             CodePath(str(data["code_path"])), str(data["dtype"]),
+                             dram_bytes=int(data.get("dram_bytes", 0)))
+
+
+__all__ = ["KernelDescription", "describe_library", "describe_scheduled", "description_from_json"]

@@ -22,6 +22,7 @@ from tvm import tirx
 
 from ..analysis import element_bytes
 from ..errors import TVM_ERRORS
+from ..tir.grid_sync import GRID_SYNC_OP
 from .candidate import LaunchShape
 
 _SHARED_SCOPES = ("shared", "shared.dyn")
@@ -124,9 +125,29 @@ def compacted(func: tirx.PrimFunc) -> tirx.PrimFunc:
         return func
 
 
-def launch_shape(func: tirx.PrimFunc, *, registers: int | None = None, grid_syncs: int = 0) -> LaunchShape:
+def grid_barriers(func: tirx.PrimFunc) -> int:
+    """Grid barriers (``tirx.cuda.grid_sync`` calls) one call of ``func`` executes, loops unrolled."""
+    count = [0]
+    factor = [1]
+
+    def on_for(node: tirx.For, visitor) -> None:   # thread-bound loops run in parallel, not in turn
+        parallel = node.kind == tirx.ForKind.THREAD_BINDING
+        factor.append(factor[-1] * (1 if parallel else _const_extent(node)))
+        visitor.default_visit(node)
+        factor.pop()
+
+    def on_call(node, visitor) -> None:
+        if isinstance(node.op, tvm.ir.Op) and node.op.name == GRID_SYNC_OP:
+            count[0] += factor[-1]
+        visitor.default_visit(node)
+
+    tvm_ffi.structural_visit(func.body, [(tirx.For, on_for), (tvm.ir.Call, on_call)])
+    return count[0]
+
+
+def launch_shape(func: tirx.PrimFunc, *, registers: int | None = None) -> LaunchShape:
     """The launch shape of one call of a scheduled ``func`` (its largest kernel's grid and block;
-    shared memory as the compacted function allocates it)."""
+    shared memory as the compacted function allocates it; its grid barriers)."""
     func = compacted(func)
     regions = launch_regions(func)
     if not regions:
@@ -138,7 +159,7 @@ def launch_shape(func: tirx.PrimFunc, *, registers: int | None = None, grid_sync
     shapes = [_region_shape(r, outer) for r in dict.fromkeys(regions)]
     grid, threads, shared = max(shapes, key=lambda s: s[0] * s[1])
     return LaunchShape(grid=grid, threads=threads, shared_bytes=shared, registers=registers, kernels=len(regions),
-                       grid_syncs=grid_syncs)
+                       grid_syncs=grid_barriers(func))
 
 
-__all__ = ["compacted", "launch_regions", "launch_shape"]
+__all__ = ["compacted", "grid_barriers", "launch_regions", "launch_shape"]

@@ -28,9 +28,10 @@ from typing import Any, Mapping
 
 from ..hardware import DeviceSpec
 from .analytic import AnalyticCostModel, Priced
-from .candidate import CodePath, LaunchShape
+from .candidate import CodePath
 from .cost import CostEstimate
 from .database import Database, Record, default_database
+from .describe import description_from_json
 
 logger = logging.getLogger(__name__)
 
@@ -40,22 +41,11 @@ _PATHS = tuple(p.value for p in CodePath)
 
 
 def kernel_description(kernel: Priced) -> dict[str, Any]:
-    """What the cost model reads of ``kernel``, as JSON (stored with every measurement)."""
+    """What the cost model reads of ``kernel``, as JSON (stored with every measurement; read
+    back by :func:`~tvm_ext.select.describe.description_from_json`)."""
     return {"flops": int(kernel.flops), "global_bytes": int(kernel.global_bytes),
-            "unique_bytes": int(kernel.unique_bytes), "launch": kernel.launch.to_json(),
-            "code_path": kernel.code_path.value, "dtype": kernel.dtype}
-
-
-class _Described:
-    """A kernel rebuilt from :func:`kernel_description` (to re-price a record)."""
-
-    def __init__(self, data: Mapping[str, Any]):
-        self.flops = int(data["flops"])
-        self.global_bytes = int(data["global_bytes"])
-        self.unique_bytes = int(data.get("unique_bytes", data["global_bytes"]))
-        self.launch = LaunchShape(**data["launch"])
-        self.code_path = CodePath(data["code_path"])
-        self.dtype = str(data["dtype"])
+            "unique_bytes": int(kernel.unique_bytes), "dram_bytes": int(getattr(kernel, "dram_bytes", 0)),
+            "launch": kernel.launch.to_json(), "code_path": kernel.code_path.value, "dtype": kernel.dtype}
 
 
 def features(kernel: Priced, analytic_s: float) -> list[float]:
@@ -113,12 +103,13 @@ class MeasuredCostModel:
 
             x, y = [], []
             for rec in rows:
-                kernel = _Described(rec.config["kernel"])
+                kernel = description_from_json(rec.config["kernel"])
                 analytic = self.analytic.cost(kernel, device).seconds
                 x.append(features(kernel, analytic))
                 y.append(math.log(rec.latency_s / max(analytic, 1e-12)))
-            model = xgboost.XGBRegressor(n_estimators=100, max_depth=4, learning_rate=0.1)
-            model.fit(np.asarray(x), np.asarray(y))
+            # the native API (the scikit-learn wrapper needs scikit-learn, which we do not require)
+            model = xgboost.train({"max_depth": 4, "eta": 0.1, "objective": "reg:squarederror"},
+                                  xgboost.DMatrix(np.asarray(x), label=np.asarray(y)), num_boost_round=100)
             logger.info("learned cost correction for %s from %d measurements", device.name, len(rows))
         self._learned[device.name] = model
         return model
@@ -134,7 +125,9 @@ class MeasuredCostModel:
             return base
         import numpy as np
 
-        correction = float(model.predict(np.asarray([features(kernel, base.seconds)]))[0])
+        import xgboost
+
+        correction = float(model.predict(xgboost.DMatrix(np.asarray([features(kernel, base.seconds)])))[0])
         return CostEstimate(base.seconds * math.exp(correction), "learned", {**base.parts, "log_correction": correction})
 
 

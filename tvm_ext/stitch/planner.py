@@ -129,6 +129,25 @@ class StitchPlan:
         """Threads of one block."""
         return self.threads_x * self.rows_per_block
 
+    def barriers(self) -> int:
+        """Grid barriers the kernel will have: before a stage that reads a global or output value
+        an earlier stage wrote since the last barrier (the rule of
+        :func:`~tvm_ext.tir.insert_grid_sync`, at stage level). Without the op graph (a plan read
+        back from JSON) the upper bound, one between every two stages."""
+        if not self.needs_grid_sync:
+            return 0
+        if self.graph is None:
+            return max(1, len(self.stages) - 1)
+        in_memory = {n for n, scheme in self.schemes.items() if scheme in ("global", "output")}
+        count, written = 0, set()
+        for stage in self.stages:
+            names = (*stage.members, stage.root)
+            reads = {p.name for n in names for p, _ in self.graph.producers(self.graph.op(n))} - set(names)
+            if reads & written:
+                count, written = count + 1, set()
+            written |= in_memory.intersection(names)
+        return count
+
     def ops_with_scheme(self, scheme: str) -> tuple[str, ...]:
         """Materialized ops of one scheme (``"regional"``, ``"global"``, ``"output"``)."""
         return tuple(n for n in self.materialized if self.schemes.get(n) == scheme)

@@ -119,10 +119,8 @@ class StitchKernelPlan:
 
     @property
     def grid_syncs(self) -> int:
-        """Grid barriers of the kernel: one between consecutive stages when a global value crosses."""
-        if self.stitch is None or not self.stitch.needs_grid_sync:
-            return 0
-        return max(1, len(self.stitch.stages) - 1)
+        """Grid barriers of the kernel (:meth:`~tvm_ext.stitch.planner.StitchPlan.barriers`)."""
+        return 0 if self.stitch is None else self.stitch.barriers()
 
     def summary(self) -> str:
         """One line for reports."""
