@@ -7,6 +7,7 @@
     tvm-ext inspect model.onnx --target tvm_ext/h100 --preset baseline [--json]
     tvm-ext compare model.onnx [--presets baseline,stitch,cutlass,full] [--fp16] [--html FILE]
     tvm-ext check model.onnx --preset baseline [--rtol 1e-4 --atol 1e-5]
+    tvm-ext measure model.onnx --database measurements.jsonl [--rpc HOST:PORT:KEY]
     tvm-ext presets
     tvm-ext devices
     tvm-ext bench [MODEL ...] [--suite seed|small] [--presets baseline] [--fp16] [--build-only --out DIR]
@@ -200,6 +201,22 @@ def _cmd_check(args: argparse.Namespace) -> int:
     return 0 if result.ok else EXIT_MISMATCH
 
 
+def _cmd_measure(args: argparse.Namespace) -> int:
+    from .driver.measure import measure_model, parse_rpc
+    from .inspect.render import text_table
+    from .select.database import Database
+    from .select.runner import MetaScheduleRunner
+
+    model = _model_path(args.model)
+    runner = MetaScheduleRunner.rpc(*parse_rpc(args.rpc)) if args.rpc else None
+    result = _with_progress(["build + measure"], args.quiet, lambda step: (step("build + measure"), measure_model(
+        model, args.target, args.preset, runner=runner, database=Database(args.database), shapes=_shapes(args.shapes),
+        fp16=args.fp16))[1])
+    print(text_table(["kernel", "generator", "modelled (analytic)", f"measured on {result.device}"], result.rows()))
+    print(f"{result.added} of {len(result.outcomes)} planned kernels measured; records added to {args.database}")
+    return 0 if result.added or not result.outcomes else EXIT_MISMATCH
+
+
 def _cmd_presets(_args: argparse.Namespace) -> int:
     from .driver import list_presets
 
@@ -295,6 +312,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
     p.set_defaults(func=_cmd_check)
 
+    p = sub.add_parser("measure", help="time the planned kernels (local GPU or RPC tracker) into a database")
+    _add_model_options(p)
+    p.add_argument("--database", required=True, help="JSON-lines measurement database to add records to "
+                                                     "(builds read it through $TVM_EXT_DATABASE)")
+    p.add_argument("--rpc", metavar="HOST:PORT:KEY", help="measure on the devices a TVM RPC tracker serves")
+    p.set_defaults(func=_cmd_measure)
+
     p = sub.add_parser("presets", help="list presets")
     p.set_defaults(func=_cmd_presets)
     p = sub.add_parser("devices", help="list device descriptions and their key numbers")
@@ -321,7 +345,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
         if args.command is None:
             raise UsageError("tvm-ext: a command is required "
-                             "(compile, inspect, compare, check, presets, devices, bench, demo)")
+                             "(compile, inspect, compare, check, measure, presets, devices, bench, demo)")
         logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, stream=sys.stderr,
                             format="%(levelname)s %(name)s: %(message)s")
         return int(args.func(args))

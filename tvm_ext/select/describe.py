@@ -53,6 +53,11 @@ class KernelDescription:
         """The dtype part of its measurement key."""
         return self.record_dtype or self.dtype
 
+    @property
+    def generator(self) -> str:
+        """The generator that planned it ('' without a plan)."""
+        return getattr(self.plan, "generator", "")
+
 
 def _param_bytes(param) -> tuple[int, str]:
     ty = getattr(param, "ty", None)
