@@ -26,7 +26,9 @@ from tvm_ext.graph import sblocks
 from tvm_ext.select import (Candidate, GeneratorError, LaunchShape, PlanError, PrioritySelector, ScheduledKernel,
                             SelectionContext, emit_groups, get_generator, plan_from_text, plan_of, planned_by,
                             register_generator, subgraph_module, unregister_generator, with_plan)
+from tvm_ext.select.attrs import FALLBACK_ATTR, SELECTION_ATTR
 from tvm_ext.select.database import Database, DatabaseError, Record
+from tvm_ext.select.generator import ScheduleRefused
 from tvm_ext.testing.oracle import run_cpu
 
 H100 = tvm.target.Target("tvm_ext/h100")
@@ -110,6 +112,57 @@ def test_a_new_generator_builds_and_is_reported(singletons):
     inputs = {p.name: rng.standard_normal([int(d) for d in p.ty.shape]).astype("float32") for p in Small["main"].params}
     ours_out = run_cpu(relax.VirtualMachine(stages.executable, tvm.cpu()), inputs)
     np.testing.assert_allclose(ours_out[0], run_cpu(Small, inputs)[0], rtol=1e-5, atol=1e-6)
+
+
+@dataclass(frozen=True)
+class Unbuildable:
+    generator: ClassVar[str] = "test_refusing"
+
+    def to_json(self) -> dict[str, Any]:
+        return {}
+
+    def summary(self) -> str:
+        return "a kernel that cannot be scheduled"
+
+
+class Refusing:
+    """Proposes add + relu + softmax as one kernel priced below anything else, then refuses to
+    schedule it: the driver must re-select without it, not fall back inside the chosen cover."""
+
+    name = "test_refusing"
+    kernel_kind = "tir"
+    verify_lowering = False
+
+    def prepare_passes(self, target):
+        return []
+
+    def plan_from_json(self, data):
+        return Unbuildable()
+
+    def candidates(self, ctx: SelectionContext):
+        nodes = tuple(n for n in ctx.call_nodes() if "matmul" not in ctx.graph.nodes[n].func_name)
+        plan = Unbuildable()
+        return [Candidate.of(ctx.graph, nodes, plan, launch=LaunchShape(grid=1, threads=1), global_bytes=1,
+                             key=ctx.kernel_key(nodes, plan))]
+
+    def schedule(self, func, plan, device) -> ScheduledKernel:
+        raise ScheduleRefused("test: this plan never builds")
+
+
+def test_a_chosen_kernel_that_fails_to_schedule_is_reselected_away():
+    register_generator(Refusing())
+    try:
+        preset = Preset("test_refusing", "test", generators=("test_refusing", "dlight"), selector="blp")
+        staged = build(Small, H100, preset)
+    finally:
+        unregister_generator("test_refusing")
+    assert not planned_by(staged.scheduled, "test_refusing")            # nothing of it survived
+    assert not any(f.attrs is not None and FALLBACK_ATTR in f.attrs
+                   for _, f in staged.scheduled.functions_items() if isinstance(f, tirx.PrimFunc))
+    selection = json.loads(str(staged.graph.attrs[SELECTION_ATTR]))["main"]
+    (dropped,) = [d for d in selection["dropped"] if d["generator"] == "test_refusing"]
+    assert "failed to schedule in an earlier round" in dropped["reason"] and "never builds" in dropped["reason"]
+    assert selection["chosen"] == {"dlight": selection["chosen"]["dlight"]}
 
 
 def test_registry_rejects_duplicates_and_unknown_names():

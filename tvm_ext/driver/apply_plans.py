@@ -32,6 +32,9 @@ from ..tir import PIPELINE_NAME
 
 logger = logging.getLogger(__name__)
 
+#: Generators whose refused plans are not re-selected: their fallback is the same dlight schedule.
+_FALLBACK_GENERATORS = ("dlight", "fuseops")
+
 
 def lowering_problem(func: tirx.PrimFunc, name: str, target: tvm.target.Target) -> str | None:
     """Lower and generate code for ``func`` alone; the last error line, or None if it builds."""
@@ -43,6 +46,25 @@ def lowering_problem(func: tirx.PrimFunc, name: str, target: tvm.target.Target) 
         text = str(err).strip()
         return text.splitlines()[-1][:300] if text else type(err).__name__
     return None
+
+
+def refused_kernels(graph: tvm.IRModule, scheduled: tvm.IRModule) -> dict[str, str]:
+    """Kernel key -> reason, for every planned kernel of ``graph`` that :class:`ApplyPlans` left to
+    dlight in ``scheduled`` (dlight's own plans excluded: dlight is the fallback)."""
+    from ..select.context import kernel_key
+
+    refused = {}
+    for gv, func in scheduled.functions_items():
+        if not isinstance(func, tirx.PrimFunc) or func.attrs is None or FALLBACK_ATTR not in func.attrs:
+            continue
+        try:
+            plan = plan_of(graph[gv.name_hint])
+        except PlanError:
+            continue
+        if plan is not None and plan.generator not in _FALLBACK_GENERATORS:
+            refused[kernel_key(graph[gv.name_hint], plan)] = (
+                f"{gv.name_hint} failed to schedule in an earlier round: {func.attrs[FALLBACK_ATTR]}")
+    return refused
 
 
 def _ws_type(buf) -> relax.TensorType:
@@ -160,4 +182,4 @@ class ApplyPlans:
         return add_workspace_outputs(mod, workspaces) if workspaces else mod
 
 
-__all__ = ["ApplyPlans", "add_workspace_outputs", "lowering_problem"]
+__all__ = ["ApplyPlans", "add_workspace_outputs", "lowering_problem", "refused_kernels"]

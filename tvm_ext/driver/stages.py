@@ -12,6 +12,13 @@ Stages (DESIGN.md "Pipeline"):
   every unplanned PrimFunc (:class:`~tvm_ext.dlight.SafeDefaultSchedule`);
 * **lower**: TVM's dataflow lowering and VM finalization (CPU targets: ``default_build``).
 
+:func:`build` also re-selects: when a kernel a cost-based selection chose fails to schedule (its
+generator refuses the plan, or TVM's lowering rejects the result), the graph stage runs again
+without that candidate (at most :data:`MAX_RESELECTIONS` rounds), so the cover is the best one
+of kernels that build; the selection report lists the dropped candidates and why. (The
+one-pass pipeline cannot go back: there such a kernel runs as dlight's kernels and the report
+says so.)
+
 :func:`preset_pipeline` is all stages as one pass (what ``tvm.compile`` runs for the registered
 pipelines); :func:`build` runs them one by one and keeps every intermediate module (the report,
 the CLI, the CPU oracle and the benchmarks use it). A CPU (``llvm``) build plans the same kernels
@@ -28,7 +35,9 @@ dict_keys(['graph', 'schedule', 'lower', 'build'])
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Iterator
 
@@ -41,11 +50,15 @@ from ..select.generator import get_generator
 from ..select.origin import RecordOrigin
 from ..select.select_pass import SelectKernels
 from ..select.selector import PrioritySelector
-from .apply_plans import ApplyPlans
+from .apply_plans import ApplyPlans, refused_kernels
 from .presets import Preset, get_preset
 
 #: PassContext option of TVM's ``RewriteCUDAGraph`` (capture static parts of ``main`` in CUDA graphs).
+logger = logging.getLogger(__name__)
+
 CUDA_GRAPH_CONFIG = "relax.backend.use_cuda_graph"
+#: Graph-stage rounds after the first, when chosen kernels fail to schedule (see the module docstring).
+MAX_RESELECTIONS = 2
 _SKIPPED = ("ApplyDefaultSchedule",)
 
 
@@ -112,8 +125,10 @@ def generators_for(preset: Preset, target: tvm.target.Target) -> list[str]:
     return [g for g in preset.generators if cuda or get_generator(g).kernel_kind != "library"]
 
 
-def preset_passes(preset: str | Preset, target: tvm.target.Target) -> StagePasses:
-    """Every stage's passes for ``preset`` and ``target`` (see the module docstring)."""
+def preset_passes(preset: str | Preset, target: tvm.target.Target,
+                  excluded: Mapping[str, str] | None = None) -> StagePasses:
+    """Every stage's passes for ``preset`` and ``target`` (see the module docstring); candidates
+    whose kernel key is in ``excluded`` are not selected."""
     p = get_preset(preset)
     plan_target = planning_target(target)
     dispatch, legal, fuse_ops = _tvm_graph_passes(target)
@@ -126,7 +141,7 @@ def preset_passes(preset: str | Preset, target: tvm.target.Target) -> StagePasse
         prepare = [ps for g in gens for ps in g.prepare_passes(plan_target)]
         codegen = [ps for g in gens if g.kernel_kind == "library" for ps in g.codegen_passes(plan_target)]
         select = SelectKernels(names, _selector(p), device, plan_target,
-                               cost_model(p) if p.selector == "blp" else None)
+                               cost_model(p) if p.selector == "blp" else None, excluded=excluded)
         rest = fuse_ops if p.rest == "fuseops" else []
         fuse = prepare + dispatch + [RecordOrigin()] + legal + [select] + codegen + rest
         fuse_tir = [FuseTIRKeepPlans()]
@@ -233,7 +248,8 @@ def build(mod: tvm.IRModule, target: tvm.target.Target, preset: str | Preset = "
     preset : str or Preset
         The preset.
     cuda_graph : bool
-        Capture the static parts of ``main`` in CUDA graphs (TVM's ``RewriteCUDAGraph``).
+        Capture the static parts of ``main`` in CUDA graphs (TVM's ``RewriteCUDAGraph``; CUDA
+        targets only).
 
     Raises
     ------
@@ -241,16 +257,25 @@ def build(mod: tvm.IRModule, target: tvm.target.Target, preset: str | Preset = "
         Unknown or unimplemented preset.
     """
     p = get_preset(preset)
-    seconds: dict[str, float] = {}
-    with cuda_graph_context(cuda_graph or p.cuda_graph), target:
-        stages = preset_passes(p, target)
-        start = time.perf_counter()
-        fused_ops = _run(stages.fuse, mod, f"tvm_ext.{p.name}.graph.fuse")
-        graph = _run(stages.fuse_tir, fused_ops, f"tvm_ext.{p.name}.graph.fuse_tir")
-        seconds["graph"] = time.perf_counter() - start
-        start = time.perf_counter()
-        scheduled = _run(stages.schedule, graph, f"tvm_ext.{p.name}.schedule")
-        seconds["schedule"] = time.perf_counter() - start
+    seconds: dict[str, float] = {"graph": 0.0, "schedule": 0.0}
+    excluded: dict[str, str] = {}
+    # CUDA graphs exist only on CUDA: a CPU build of a capturing preset (the oracle) captures nothing
+    with cuda_graph_context((cuda_graph or p.cuda_graph) and target.kind.name == "cuda"), target:
+        for round_ in range(MAX_RESELECTIONS + 1):
+            stages = preset_passes(p, target, excluded)
+            start = time.perf_counter()
+            fused_ops = _run(stages.fuse, mod, f"tvm_ext.{p.name}.graph.fuse")
+            graph = _run(stages.fuse_tir, fused_ops, f"tvm_ext.{p.name}.graph.fuse_tir")
+            seconds["graph"] += time.perf_counter() - start
+            start = time.perf_counter()
+            scheduled = _run(stages.schedule, graph, f"tvm_ext.{p.name}.schedule")
+            seconds["schedule"] += time.perf_counter() - start
+            refused = refused_kernels(graph, scheduled) if p.selector == "blp" and stages.schedule else {}
+            if not refused or round_ == MAX_RESELECTIONS or set(refused) <= set(excluded):
+                break
+            logger.warning("re-selecting without %d kernel(s) that failed to schedule: %s", len(refused),
+                           "; ".join(refused.values()))
+            excluded.update(refused)
         start = time.perf_counter()
         lowered = _run(stages.lower, scheduled, f"tvm_ext.{p.name}.lower")
         seconds["lower"] = time.perf_counter() - start

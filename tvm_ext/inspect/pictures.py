@@ -5,7 +5,8 @@
   the peak rate or its bytes at DRAM bandwidth, whichever is longer);
 * :func:`graph_svg` — the operator graph, each kernel a coloured cluster of its operators (colour
   = generator, label = modelled time). With Graphviz's ``dot`` on PATH the layout is Graphviz's;
-  otherwise a built-in layered layout (columns = longest path from the inputs) is used.
+  otherwise a built-in layout draws each kernel as a box listing its operators, in columns by
+  the longest kernel path from the inputs.
 
 Example
 -------
@@ -79,64 +80,89 @@ def kernel_chart_svg(report: "Report", width: int = 760, bar_height: int = 16, l
     return "".join(parts)
 
 
-def _kernel_of_nodes(report: "Report") -> tuple[OpGraph, dict[int, tuple[str, str, float | None]]]:
-    """The fused graph and, per node, (kernel name, generator, modelled seconds per call)."""
+def _kernel_of_nodes(report: "Report") -> tuple[OpGraph, dict[int, tuple[str, str, float | None, int]]]:
+    """The fused graph and, per node, (kernel name, generator, modelled seconds per call, call
+    index: each call of a kernel is a cluster of its own)."""
     from .report import group_instances
 
     graph = OpGraph.from_module(report.build.fused_ops)
     by_func = {k.func: k for k in report.launches}
-    owner: dict[int, tuple[str, str, float | None]] = {}
-    for name, members in group_instances(graph):
+    owner: dict[int, tuple[str, str, float | None, int]] = {}
+    for index, (name, members) in enumerate(group_instances(graph)):
         k = by_func.get(name)
         for n in members:
-            owner[n] = (name, k.generator if k else "none", k.modelled_s if k else None)
+            owner[n] = (name, k.generator if k else "none", k.modelled_s if k else None, index)
     return graph, owner
 
 
-def _layers(graph: OpGraph) -> dict[int, int]:
-    """Longest path (in nodes) from a graph input to each node."""
-    depth: dict[int, int] = {}
-    for n in graph.topological_order():
-        depth[n] = 1 + max((depth[p] for p in graph.producers(n)), default=-1)
-    return depth
+def _owner(graph: OpGraph, owner: dict, n: int) -> tuple[str, str, float | None, int | str]:
+    """A node's kernel; a node of no kernel is a cluster of its own."""
+    return owner.get(n, (graph.nodes[n].name, "none", None, f"node{n}"))
 
 
-def _builtin_svg(graph: OpGraph, owner: dict, col_w: int = 150, row_h: int = 26) -> str:
-    depth = _layers(graph)
-    rows: dict[int, int] = {}
-    position: dict[int, tuple[float, float]] = {}
+def _clusters(graph: OpGraph, owner: dict) -> dict[int | str, list[int]]:
+    """Kernel call -> its operator nodes, in the order their first node runs."""
+    clusters: dict[int | str, list[int]] = {}
     for n in graph.topological_order():
-        d = depth[n]
-        position[n] = (20 + d * col_w, 30 + rows.get(d, 0) * row_h)
-        rows[d] = rows.get(d, 0) + 1
-    width = 60 + (max(depth.values(), default=0) + 1) * col_w
-    height = 60 + max(rows.values(), default=1) * row_h
+        clusters.setdefault(_owner(graph, owner, n)[3], []).append(n)
+    return clusters
+
+
+def _builtin_svg(graph: OpGraph, owner: dict, box_w: int = 190, gap_x: int = 40, line_h: int = 12,
+                 max_ops: int = 6) -> str:
+    """Kernels as boxes listing their operators, in columns by longest kernel path from the inputs,
+    with an edge wherever one kernel reads another's output."""
+    clusters = _clusters(graph, owner)
+    home = {n: key for key, members in clusters.items() for n in members}
+    deps = {key: {home[p] for n in members for p in graph.producers(n) if home[p] != key}
+            for key, members in clusters.items()}
+    depth: dict = {}
+    for key in clusters:                      # clusters are in topological order of their first node
+        depth[key] = 1 + max((depth.get(d, 0) for d in deps[key]), default=-1)
+    column_y: dict[int, int] = {}
+    box: dict = {}  # kernel call -> x, y, height
+    for key, members in clusters.items():
+        shown = min(len(members), max_ops) + (len(members) > max_ops)
+        h = 2 * line_h + 8 + shown * line_h
+        x, y = 10 + depth[key] * (box_w + gap_x), 30 + column_y.get(depth[key], 0)
+        box[key] = (x, y, h)
+        column_y[depth[key]] = column_y.get(depth[key], 0) + h + 12
+    width = 20 + (max(depth.values(), default=0) + 1) * (box_w + gap_x)
+    height = 40 + max(column_y.values(), default=0)
     parts = [f"<svg xmlns='http://www.w3.org/2000/svg' width='{width}' height='{height}' font-family='sans-serif' "
-             f"font-size='9'>", "<g stroke='#999999' stroke-width='0.8'>"]
-    for n in graph.topological_order():
-        for p in graph.producers(n):
-            (x0, y0), (x1, y1) = position[p], position[n]
-            parts.append(f"<line x1='{x0 + 120:.0f}' y1='{y0 + 8:.0f}' x2='{x1:.0f}' y2='{y1 + 8:.0f}'/>")
+             f"font-size='9'>", "<text x='10' y='16' font-size='11'>kernels (colour = generator) with their "
+             "operators; modelled time per call</text>", "<g stroke='#999999' stroke-width='0.8' fill='none'>"]
+    for key in clusters:
+        x1, y1, h1 = box[key]
+        for d in sorted(deps[key], key=str):
+            x0, y0, h0 = box[d]
+            parts.append(f"<line x1='{x0 + box_w}' y1='{y0 + h0 // 2}' x2='{x1}' y2='{y1 + h1 // 2}'/>")
     parts.append("</g>")
-    for n in graph.topological_order():
-        x, y = position[n]
-        kernel, generator, seconds = owner.get(n, ("-", "none", None))
-        label = graph.nodes[n].func_name
-        title = f"{kernel} ({generator}" + (f", {human_seconds(seconds)} per call" if seconds else "") + ")"
-        parts.append(f"<g><title>{_esc(title)}</title><rect x='{x:.0f}' y='{y:.0f}' width='120' height='16' rx='3' "
-                     f"fill='{colour(generator)}' fill-opacity='0.85'/>"
-                     f"<text x='{x + 4:.0f}' y='{y + 12:.0f}' fill='white'>{_esc(label[:22])}</text></g>")
+    for key, members in clusters.items():
+        x, y, h = box[key]
+        name, generator, seconds, _ = _owner(graph, owner, members[0])
+        fill = colour(generator)
+        timing = human_seconds(seconds) if seconds is not None else "not priced"
+        ops = [graph.nodes[n].func_name for n in members[:max_ops]]
+        if len(members) > max_ops:
+            ops.append(f"... {len(members) - max_ops} more")
+        lines = "".join(f"<text x='{x + 6}' y='{y + 2 * line_h + 8 + (i + 1) * line_h - 3}'>{_esc(op[:34])}</text>"
+                        for i, op in enumerate(ops))
+        parts.append(f"<g class='kernel'><title>{_esc(name)}</title>"
+                     f"<rect x='{x}' y='{y}' width='{box_w}' height='{h}' rx='4' fill='{fill}' fill-opacity='0.15' "
+                     f"stroke='{fill}' stroke-width='1.5'/>"
+                     f"<text x='{x + 6}' y='{y + line_h}' font-weight='bold'>{_esc(name[:34])}</text>"
+                     f"<text x='{x + 6}' y='{y + 2 * line_h + 2}' fill='{fill}'>{_esc(generator)}, {_esc(timing)}</text>"
+                     f"{lines}</g>")
     parts.append("</svg>")
     return "".join(parts)
 
 
 def _dot_source(graph: OpGraph, owner: dict) -> str:
-    clusters: dict[str, list[int]] = {}
-    for n in graph.topological_order():
-        clusters.setdefault(owner.get(n, ("-", "none", None))[0], []).append(n)
+    clusters = _clusters(graph, owner)
     lines = ["digraph kernels {", "rankdir=LR; node [shape=box, style=filled, fontname=sans, fontsize=9];"]
-    for k, (kernel, members) in enumerate(clusters.items()):
-        _, generator, seconds = owner.get(members[0], ("-", "none", None))
+    for k, members in enumerate(clusters.values()):
+        kernel, generator, seconds, _ = _owner(graph, owner, members[0])
         label = f"{kernel}\\n{generator}" + (f" {human_seconds(seconds)}" if seconds else "")
         lines.append(f'subgraph cluster_{k} {{ label="{_esc(label)}"; style=filled; color="{colour(generator)}"; '
                      f'fillcolor="{colour(generator)}33";')

@@ -58,6 +58,28 @@ def _sources(report: "Report") -> str:
     return ", ".join(f"{s} {n}" for s, n in sorted(counts.items())) or "not priced"
 
 
+def _selection(report: "Report") -> str:
+    """Candidates proposed and chosen per generator, dropped ones, solver notes (all functions)."""
+    proposed: dict[str, int] = {}
+    chosen: dict[str, int] = {}
+    dropped, notes = 0, []
+    for entry in report.selection.values():
+        for key, into in (("proposed", proposed), ("chosen", chosen)):
+            for g, n in entry.get(key, {}).items():
+                into[g] = into.get(g, 0) + n
+        dropped += len(entry.get("dropped", []))
+        notes.extend(entry.get("notes", []))
+    if not proposed:
+        return "none (TVM's FuseOps)"
+
+    def counts(d: dict[str, int]) -> str:
+        return ", ".join(f"{g} {n}" for g, n in sorted(d.items()))
+    text = f"{sum(chosen.values())} of {sum(proposed.values())} candidates ({counts(proposed)}) chosen: {counts(chosen)}"
+    if dropped:
+        text += f"; {dropped} dropped (see selection in --json)"
+    return text + "".join(f"; {n}" for n in dict.fromkeys(notes))
+
+
 def summary_lines(report: "Report") -> list[tuple[str, str]]:
     """(label, value) pairs shown above the tables."""
     return [
@@ -67,6 +89,7 @@ def summary_lines(report: "Report") -> list[tuple[str, str]]:
         ("device", report.device),
         ("kernel launches / inference", f"{report.kernels} ({_by_generator(report)})"),
         ("distinct kernels (__global__)", str(report.distinct_kernels)),
+        ("kernel selection", _selection(report)),
         ("fused groups", str(len(report.groups))),
         ("modelled global traffic", f"{human_bytes(report.traffic_bytes)} (whole model as one kernel "
                                      f"{human_bytes(report.min_traffic_bytes)}, unfused {human_bytes(report.unfused_traffic_bytes)})"),

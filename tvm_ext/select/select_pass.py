@@ -9,6 +9,10 @@ in the module attribute :data:`~tvm_ext.select.attrs.SELECTION_ATTR` (JSON per f
 candidates proposed per generator, kernels chosen per generator, uncovered nodes, dropped
 candidates with reasons).
 
+Candidates whose key is in ``excluded`` (kernels that failed to schedule in an earlier build
+round, see :func:`tvm_ext.driver.stages.build`) are not offered to the selector; they are listed
+as dropped with the reason.
+
 A function that cannot be viewed as an OpGraph (dynamic shapes, shape-valued variables) is left
 as it is and the reason recorded; the preset's rest policy (``FuseOps``) then fuses it as TVM would.
 
@@ -24,7 +28,7 @@ import json
 import logging
 import time
 from collections import Counter
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import tvm
 from tvm import relax
@@ -68,15 +72,19 @@ class SelectKernels:
         Compilation target (default: ``Target.current()`` when the pass runs).
     cost : CostModel, optional
         Prices candidates for the selector (a priority selector needs none).
+    excluded : mapping, optional
+        Kernel key -> why candidates with that key must not be chosen.
     """
 
     def __init__(self, generators: Sequence[str | Generator], selector: Selector, device: DeviceSpec,
-                 target: tvm.target.Target | None = None, cost: CostModel | None = None):
+                 target: tvm.target.Target | None = None, cost: CostModel | None = None,
+                 excluded: Mapping[str, str] | None = None):
         self.generators = [get_generator(g) if isinstance(g, str) else g for g in generators]
         self.selector = selector
         self.device = device
         self.target = target
         self.cost = cost
+        self.excluded = dict(excluded or {})
 
     def transform_module(self, mod: tvm.IRModule, ctx) -> tvm.IRModule:  # noqa: D102 - pass protocol
         target = self.target or tvm.target.Target.current(allow_none=False)
@@ -97,7 +105,12 @@ class SelectKernels:
                 report[name] = {"skipped": "calls do not match the OpGraph nodes"}
                 continue
             sel_ctx = SelectionContext(mod, name, graph, self.device, target, origins.get(name))
-            candidates = [c for g in self.generators for c in g.candidates(sel_ctx)]
+            candidates = []
+            for cand in (c for g in self.generators for c in g.candidates(sel_ctx)):
+                if cand.key and cand.key in self.excluded:
+                    sel_ctx.drop(cand.generator, cand.nodes, self.excluded[cand.key])
+                else:
+                    candidates.append(cand)
             selection = self.selector.select(sel_ctx, candidates, self.cost)
             mod = emit_selection(sel_ctx, selection.chosen)
             report[name] = {
