@@ -126,24 +126,35 @@ def test_demo_on_bundled_bert_layer(capsys):
     code, out, _ = _run(capsys, "demo", "--target", "tvm_ext/h100", "--preset", "baseline", "--json")
     assert code == 0
     data = json.loads(out)
-    report = data["report"]
-    assert report["model"] == "bert_layer.onnx"
+    (run,) = data["runs"]                                     # baseline alone: one run
+    report = run["report"]
+    assert report["model"] == "bert_layer.onnx" and run["preset"] == "baseline"
     # baseline fusion of one BERT layer (see test_pipeline's itemization): 11 distinct kernels, 15
     # launches because the Q/K/V projections run one kernel 3 times, the Q/V head split one kernel
     # twice and the layer norm kernel twice
     assert report["distinct_kernels"] == 11 and report["kernels"] == 11 + 2 + 1 + 1
     assert report["kernels"] == sum(g["kernels"] for g in report["group_details"])
-    assert data["check"]["ok"] is True and data["ok"] is True
+    assert run["check"]["ok"] is True and data["ok"] is True
     h100 = load_device("h100")  # fp32 roofline: max(compute time, time to move the minimum traffic)
-    assert data["roofline_bound_s"] == report["roofline_bound_s"] == pytest.approx(
+    assert run["roofline_bound_s"] == report["roofline_bound_s"] == pytest.approx(
         max(report["flops"] / h100.peak_flops_for("float32"), report["min_traffic_bytes"] / h100.dram_bandwidth_bytes_per_s))
     # the cost model prices every launch: the modelled time is their sum, above the roofline bound
-    assert data["modelled_time_s"] == report["modelled_time_s"] == pytest.approx(
+    assert run["modelled_time_s"] == report["modelled_time_s"] == pytest.approx(
         sum(k["calls"] * k["modelled_s"] for k in report["launches"]))
     assert report["modelled_time_s"] > report["roofline_bound_s"]
     if shutil.which("nvcc"):
-        assert data["nvcc"]["arch"] == "sm_90" and data["nvcc_note"].startswith("ok")
-    assert (data["gpu_latency_s_measured"] is None) != (data["cpu_latency_s_measured"] is None)
+        assert run["nvcc"]["arch"] == "sm_90" and run["nvcc_note"].startswith("ok")
+    assert (run["gpu_latency_s_measured"] is None) != (run["cpu_latency_s_measured"] is None)
+
+
+def test_demo_shows_baseline_beside_the_preset(capsys):
+    code, out, _ = _run(capsys, "demo", "--preset", "stitch")
+    assert code == 0
+    table = out[out.index("bert_layer.onnx on h100 (modelled, not measured)"):]
+    assert [line.split()[0] for line in table.splitlines()[3:5]] == ["baseline", "stitch"]
+    for preset in ("baseline", "stitch"):
+        assert f"[{preset}] CPU check vs onnxruntime: " in out
+    assert out.rstrip().endswith("demo: PASS")
 
 
 @pytest.mark.parametrize("argv, needle", [

@@ -84,3 +84,29 @@ def test_full_graph_numerics_match_onnxruntime():
     """The CPU build of full's graph stage (library generators need CUDA and are left out there)."""
     result = check_model(str(BUNDLED_FILE), "full")
     assert result.ok, result.message()
+
+
+def test_epilogue_ops_a_library_kernel_leaves_join_a_stitched_kernel():
+    """CUTLASS takes matmul + bias but not the per-channel layer scale (ConvNeXt's pattern); the
+    stitch generator, seeing the CUTLASS candidates, offers the scale with the transpose and
+    residual add that follow: two kernels, not a CUTLASS GEMM plus two small ones."""
+    from tvm.script import ir as I, relax as R
+
+    from tvm_ext.inspect import inspect
+
+    @I.ir_module
+    class LayerScale:
+        @R.function
+        def main(x: R.Tensor((256, 512), "float16"), w: R.Tensor((512, 512), "float16"),
+                 b: R.Tensor((512,), "float16"), g: R.Tensor((512,), "float16"), r: R.Tensor((512, 256), "float16")):
+            with R.dataflow():
+                y = R.multiply(R.add(R.matmul(x, w), b), g)
+                o = R.add(R.permute_dims(y), r)
+                R.output(o)
+            return o
+
+    report = inspect(LayerScale, "tvm_ext/h100", "full")
+    kernels = {k.generator: k for k in report.launches}
+    assert report.kernels == 2 and set(kernels) == {"cutlass", "stitch"}
+    stitched = next(g for g in report.groups if g.func == kernels["stitch"].func)
+    assert stitched.ops == ("multiply", "transpose", "add1")

@@ -256,7 +256,9 @@ def _cmd_bench(args: argparse.Namespace) -> int:
 def _cmd_demo(args: argparse.Namespace) -> int:
     from .inspect.demo import DEMO_STEPS, run_demo
 
-    result = _with_progress(DEMO_STEPS, args.quiet, lambda step: run_demo(
+    presets = ["baseline"] if args.preset == "baseline" else ["baseline", args.preset]
+    steps = [f"{p}: {s}" for p in presets for s in DEMO_STEPS]
+    result = _with_progress(steps, args.quiet, lambda step: run_demo(
         args.target, args.preset, model=args.model, progress=step))
     print(json.dumps(result.to_json(), indent=2) if args.json else result.render())
     return 0 if result.ok else EXIT_MISMATCH
@@ -330,9 +332,11 @@ def build_parser() -> argparse.ArgumentParser:
     _add_bench_arguments(p, DEFAULT_TARGET)
     p.set_defaults(func=_cmd_bench)
 
-    p = sub.add_parser("demo", help="bundled BERT layer: compile for CUDA, check on CPU, report")
+    p = sub.add_parser("demo", help="bundled BERT layer: baseline and a preset compiled for CUDA, checked on "
+                                    "the CPU, compared")
     p.add_argument("--target", default=DEFAULT_TARGET, help=f"GPU target or tag (default {DEFAULT_TARGET})")
-    p.add_argument("--preset", default=DEFAULT_PRESET, help=f"preset (default {DEFAULT_PRESET})")
+    p.add_argument("--preset", default=DEFAULT_PRESET,
+                   help=f"preset shown beside baseline (default {DEFAULT_PRESET})")
     p.add_argument("--model", default=None, help="another ONNX model instead of the bundled BERT layer")
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
     p.set_defaults(func=_cmd_demo)

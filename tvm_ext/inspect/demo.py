@@ -1,21 +1,23 @@
-"""The end-to-end demo: bundled BERT layer -> CUDA with a preset -> checked -> reported.
+"""The end-to-end demo: bundled BERT layer -> CUDA with ``baseline`` and a preset -> checked -> compared.
 
-Steps of :func:`run_demo` (no GPU needed):
+Steps of :func:`run_demo` (no GPU needed), for ``baseline`` (TVM's own pipeline) and the preset
+(by default :data:`~tvm_ext.driver.presets.DEFAULT_PRESET`), side by side:
 
 1. compile the bundled model (:data:`tvm_ext.models.BUNDLED_FILE`, a BERT encoder layer) for
-   the CUDA target with the preset and build the report (:func:`tvm_ext.inspect.inspect`);
+   the CUDA target and build the report (:func:`tvm_ext.inspect.inspect`);
 2. compile the generated CUDA source with nvcc for the target's arch, when nvcc exists;
-3. check the preset's graph-level result on the CPU against onnxruntime
-   (:func:`tvm_ext.testing.check_model`);
-4. speed: the measured latency when a CUDA GPU is present; otherwise the *modelled*
-   roofline lower bound and the measured latency of the checked CPU (llvm) build.
+3. check the graph-level result on the CPU against onnxruntime (:func:`tvm_ext.testing.check_model`);
+4. speed: the measured latency when a CUDA GPU is present; otherwise the *modelled* time (the
+   cost model's) and the measured latency of the checked CPU (llvm) build.
 
-``tvm-ext demo`` and ``scripts/run_demo.py`` print :meth:`DemoResult.render`.
+The output is the preset's full report, then one table of both (launches, distinct kernels,
+modelled traffic, modelled time, compile time) and each one's checks. ``tvm-ext demo`` and
+``scripts/run_demo.py`` print :meth:`DemoResult.render`.
 """
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -25,16 +27,17 @@ import tvm
 from ..driver.presets import DEFAULT_PRESET
 from ..hardware import DEFAULT_TARGET
 from ..toolchain import NvccResult, compile_cuda_source, gpu_available, nvcc_available
+from .compare import Comparison
 from .render import human_seconds
 from .report import Report, inspect
 
-#: Steps reported to the ``progress`` callback of :func:`run_demo`, in order.
+#: Steps reported to the ``progress`` callback of :func:`run_demo`, in order (once per preset).
 DEMO_STEPS = ("compile for CUDA + report", "nvcc kernel check", "CPU check vs onnxruntime", "latency")
 
 
 @dataclass
-class DemoResult:
-    """Everything the demo found; ``ok`` is the numerical check's verdict."""
+class PresetRun:
+    """What the demo found for one preset; ``ok`` is the numerical check's verdict."""
 
     report: Report
     nvcc: NvccResult | None
@@ -48,33 +51,25 @@ class DemoResult:
         """Whether the CPU check against onnxruntime passed."""
         return bool(self.check.ok)
 
-    def speed_lines(self) -> list[str]:
-        """The latency lines, each labelled measured / modelled."""
-        lines = []
+    def lines(self) -> list[str]:
+        """Checks and speed of this preset, each number labelled measured / modelled."""
+        name = self.report.preset
+        out = [f"[{name}] nvcc kernel check: {self.nvcc_note}",
+               f"[{name}] CPU check vs onnxruntime: {self.check.message()}"]
         if self.gpu_latency_s is not None:
-            lines.append(f"latency on {self.report.device} GPU (measured): {human_seconds(self.gpu_latency_s)}")
+            out.append(f"[{name}] latency on {self.report.device} GPU (measured): {human_seconds(self.gpu_latency_s)}")
         else:
-            lines.append("no CUDA GPU here: latency not measured on the GPU")
-        lines.append(f"latency lower bound on {self.report.device} (modelled roofline, not measured): "
-                     f"{human_seconds(self.report.roofline_bound_s)}")
+            out.append(f"[{name}] no CUDA GPU here: latency on {self.report.device} modelled, not measured: "
+                       f"{human_seconds(self.report.modelled_time_s)}")
         if self.cpu_latency_s is not None:
-            lines.append(f"latency of the checked CPU (llvm) build (measured on this CPU): "
-                         f"{human_seconds(self.cpu_latency_s)}")
-        return lines
-
-    def render(self) -> str:
-        """The demo's text output."""
-        check = self.check.message()
-        parts = [self.report.to_table(), "",
-                 f"nvcc kernel check: {self.nvcc_note}",
-                 f"CPU check vs onnxruntime: {check}",
-                 *self.speed_lines(),
-                 f"demo: {'PASS' if self.ok else 'FAIL'}"]
-        return "\n".join(parts)
+            out.append(f"[{name}] latency of the checked CPU (llvm) build (measured on this CPU): "
+                       f"{human_seconds(self.cpu_latency_s)}")
+        return out
 
     def to_json(self) -> dict[str, Any]:
         """JSON-serialisable form (the report plus check, nvcc and speed)."""
         return {
+            "preset": self.report.preset,
             "report": self.report.to_json(),
             "nvcc": None if self.nvcc is None else {"arch": self.nvcc.arch, "seconds": round(self.nvcc.seconds, 3),
                                                      "binary_bytes": self.nvcc.binary_bytes},
@@ -87,6 +82,34 @@ class DemoResult:
             "cpu_latency_s_measured": self.cpu_latency_s,
             "ok": self.ok,
         }
+
+
+@dataclass
+class DemoResult:
+    """The runs of the demo, ``baseline`` first; ``ok`` when every CPU check passed."""
+
+    runs: list[PresetRun] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        """Whether every preset's CPU check passed."""
+        return all(r.ok for r in self.runs)
+
+    def comparison(self) -> Comparison:
+        """The runs' reports side by side."""
+        return Comparison(self.runs[-1].report.model, [r.report for r in self.runs])
+
+    def render(self) -> str:
+        """The demo's text output."""
+        parts = [self.runs[-1].report.to_table(), "", self.comparison().to_table(), ""]
+        for run in self.runs:
+            parts.extend(run.lines())
+        parts.append(f"demo: {'PASS' if self.ok else 'FAIL'}")
+        return "\n".join(parts)
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON-serialisable form: every run and the comparison."""
+        return {"runs": [r.to_json() for r in self.runs], "comparison": self.comparison().to_json(), "ok": self.ok}
 
 
 def measure_latency(executable: tvm.runtime.Executable, inputs: Mapping[str, np.ndarray], dev: tvm.runtime.Device,
@@ -111,30 +134,39 @@ def _cpu_latency(mod: tvm.IRModule, preset: str, inputs: Mapping[str, np.ndarray
 
 def run_demo(target: str = DEFAULT_TARGET, preset: str = DEFAULT_PRESET, *, model: str | Path | None = None,
              progress: Callable[[str], None] | None = None, measure_cpu: bool = True) -> DemoResult:
-    """Run the demo (see the module docstring) and return what it found.
+    """Run the demo (see the module docstring) for ``baseline`` and ``preset``.
 
     Parameters
     ----------
     target : str
         GPU target, e.g. ``"tvm_ext/h100"``.
     preset : str
-        Preset name.
+        The preset shown beside ``baseline`` (``baseline`` itself: one run).
     model : path, optional
         ONNX model; default the bundled BERT layer.
     progress : callable, optional
-        Called with each step's name (:data:`DEMO_STEPS`) before it starts.
+        Called with ``"<preset>: <step>"`` (steps of :data:`DEMO_STEPS`) before each starts.
     measure_cpu : bool
         Measure the CPU build's latency when there is no GPU.
     """
-    from ..frontend import from_onnx, random_inputs
+    from ..frontend import from_onnx
     from ..models import BUNDLED_FILE
-    from ..testing.oracle import check_model
 
     path = Path(model) if model is not None else BUNDLED_FILE
-    step = progress or (lambda _name: None)
+    mod = from_onnx(path)
+    presets = ["baseline"] if preset == "baseline" else ["baseline", preset]
+    return DemoResult([_run_preset(mod, path, target, p, progress, measure_cpu) for p in presets])
+
+
+def _run_preset(mod: tvm.IRModule, path: Path, target: str, preset: str, progress, measure_cpu: bool) -> PresetRun:
+    from ..frontend import random_inputs
+    from ..testing.oracle import check_model
+
+    def step(name: str) -> None:
+        if progress is not None:
+            progress(f"{preset}: {name}")
 
     step(DEMO_STEPS[0])
-    mod = from_onnx(path)
     report = inspect(mod, target, preset, keep_source=True)
     report.model = path.name
 
@@ -157,5 +189,8 @@ def run_demo(target: str = DEFAULT_TARGET, preset: str = DEFAULT_PRESET, *, mode
         gpu_s = measure_latency(report.executable, inputs, tvm.cuda(0))
     elif measure_cpu:
         cpu_s = _cpu_latency(mod, preset, inputs)
-    return DemoResult(report=report, nvcc=nvcc_result, nvcc_note=note, check=check,
-                      gpu_latency_s=gpu_s, cpu_latency_s=cpu_s)
+    return PresetRun(report=report, nvcc=nvcc_result, nvcc_note=note, check=check, gpu_latency_s=gpu_s,
+                     cpu_latency_s=cpu_s)
+
+
+__all__ = ["DEMO_STEPS", "DemoResult", "PresetRun", "measure_latency", "run_demo"]

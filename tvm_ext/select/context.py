@@ -60,6 +60,9 @@ class SelectionContext:
         self._node_of_var: dict | None = None
         #: (generator, nodes, reason) of every candidate a generator could not plan.
         self.dropped: list[tuple[str, tuple[int, ...], str]] = []
+        #: Candidates the generators before the current one proposed (a later generator may
+        #: build on them: stitch groups around what a library kernel leaves of an epilogue).
+        self.proposed: list = []
         self._func_hash: dict[str, int] = {}
         self._memo: dict[Hashable, Any] = {}
         self._order = {n: k for k, n in enumerate(graph.topological_order())}

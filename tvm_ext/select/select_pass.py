@@ -106,11 +106,13 @@ class SelectKernels:
                 continue
             sel_ctx = SelectionContext(mod, name, graph, self.device, target, origins.get(name))
             candidates = []
-            for cand in (c for g in self.generators for c in g.candidates(sel_ctx)):
-                if cand.key and cand.key in self.excluded:
-                    sel_ctx.drop(cand.generator, cand.nodes, self.excluded[cand.key])
-                else:
-                    candidates.append(cand)
+            for generator in self.generators:
+                for cand in generator.candidates(sel_ctx):
+                    if cand.key and cand.key in self.excluded:
+                        sel_ctx.drop(cand.generator, cand.nodes, self.excluded[cand.key])
+                    else:
+                        candidates.append(cand)
+                sel_ctx.proposed = list(candidates)
             selection = self.selector.select(sel_ctx, candidates, self.cost)
             mod = emit_selection(sel_ctx, selection.chosen)
             report[name] = {

@@ -7,7 +7,10 @@ Candidates, in the order a priority selector should take them:
    stitching included), and single memory-intensive nodes with several blocks or a reduction
    (softmax, layer norm);
 2. the alternatives a cost-based selector may prefer: the scope's groups without GEMM prologues
-   (the softmax group as its own kernel).
+   (the softmax group as its own kernel), and, when a library generator ran before, the scope
+   formed around the library kernels instead of ``FuseOps``-like epilogues: the epilogue ops a
+   library kernel cannot take (ConvNeXt's layer scale, YOLO's residual after SiLU, a cast) then
+   join the memory-intensive group that follows instead of running as kernels of their own.
 
 Each candidate is planned on its fused PrimFunc (:func:`~tvm_ext.stitch.planner.plan_prim_func`,
 or :func:`~tvm_ext.stitch.prologue_schedule.plan_prologue_tiles` for a prologue), once per
@@ -63,6 +66,32 @@ def _global_round_trips(plan: StitchKernelPlan) -> int:
     return total
 
 
+def library_kernels(ctx: SelectionContext) -> list[list[int]]:
+    """Per compute node that earlier library candidates cover, the largest such candidate's nodes
+    (disjoint, topological order); the other compute nodes keep their compute groups."""
+    from ..select.generator import get_generator
+    from ..select.groups import compute_groups
+
+    best: dict[int, tuple[int, ...]] = {}
+    for cand in ctx.proposed:
+        if get_generator(cand.generator).kernel_kind != "library":
+            continue
+        for n in cand.nodes:
+            if n in best and len(best[n]) >= len(cand.nodes):
+                continue
+            best[n] = cand.nodes
+    if not best:
+        return []
+    kernels: list[list[int]] = []
+    taken: set[int] = set()
+    for nodes in dict.fromkeys(best.values()):
+        if taken.isdisjoint(nodes):
+            kernels.append(list(nodes))
+            taken.update(nodes)
+    kernels += [g for g in compute_groups(ctx.graph) if taken.isdisjoint(g)]
+    return kernels
+
+
 class StitchGenerator:
     """AStitch's kernels as candidates (see the module docstring).
 
@@ -102,6 +131,9 @@ class StitchGenerator:
         groups = list(stitch_scope(ctx.graph, gemm_prologues=self.gemm_prologues, **kwargs).groups)
         if self.gemm_prologues:
             groups += list(stitch_scope(ctx.graph, gemm_prologues=False, **kwargs).groups)
+        library = library_kernels(ctx)
+        if library:
+            groups += list(stitch_scope(ctx.graph, gemm_prologues=False, compute_kernels=library, **kwargs).groups)
         seen: set[tuple[int, ...]] = set()
         out = []
         for group in groups:

@@ -166,7 +166,7 @@ def _reach(graph: OpGraph, sources: set[int]) -> set[int]:
 
 def stitch_scope(graph: OpGraph, *, absorb_epilogues: bool = True, absorb_layout: bool = True,
                  remote: bool = True, max_group_nodes: int | None = None,
-                 gemm_prologues: bool = True) -> StitchScope:
+                 gemm_prologues: bool = True, compute_kernels: list[list[int]] | None = None) -> StitchScope:
     """Cluster the nodes of ``graph`` into kernels (see the module docstring).
 
     Parameters
@@ -185,6 +185,9 @@ def stitch_scope(graph: OpGraph, *, absorb_epilogues: bool = True, absorb_layout
         Upper bound on nodes per stitch group (no bound by default).
     gemm_prologues : bool
         Stitch row-reduction groups (softmax) into the GEMM consuming their result.
+    compute_kernels : list of node lists, optional
+        The kernels compute nodes form, instead of their ``FuseOps``-like epilogue chains (e.g.
+        the node sets library kernels cover): nodes outside them are free for stitch groups.
 
     Returns
     -------
@@ -192,7 +195,10 @@ def stitch_scope(graph: OpGraph, *, absorb_epilogues: bool = True, absorb_layout
         Every node in exactly one group; groups listed in topological order of their first node.
     """
     order = graph.topological_order()
-    epilogues = compute_groups(graph, absorb_layout=absorb_layout) if absorb_epilogues else []
+    if compute_kernels is not None:
+        epilogues = [list(k) for k in compute_kernels]
+    else:
+        epilogues = compute_groups(graph, absorb_layout=absorb_layout) if absorb_epilogues else []
     taken = {n for group in epilogues for n in group}
 
     clusters = _Clusters(graph)
