@@ -4,12 +4,14 @@
 1. tvm_ext's passes inside *your own* ``tvm.transform.Sequential`` (mix them with TVM's
    passes and your own; ``tvm.compile`` runs the Sequential as the Relax pipeline);
 2. plain ``tvm.compile`` with our target tag and pipeline name
-   (``target="tvm_ext/h100", relax_pipeline="tvm_ext"``);
-3. the short form ``tvm_ext.compile(path, target, preset=...)``.
+   (``target="tvm_ext/h100", relax_pipeline="tvm_ext", tir_pipeline="tvm_ext"``);
+3. the short form ``tvm_ext.compile(path, target)``.
 
-All three give the same set of kernels (way 1 may schedule transposes differently: it tries
-dlight's Transpose rule first). No GPU is needed: without a CUDA driver TVM generates the
-CUDA source and ``export_library`` embeds it; the GPU machine compiles it when it loads the file.
+Each uses the default preset (``full``: every technique's candidates, one cost-based selection)
+and all three give the same set of kernels. ``tir_pipeline="tvm_ext"`` marks kernels with an
+in-kernel grid barrier for cooperative launch. No GPU is needed: without a CUDA driver TVM
+generates the CUDA source and ``export_library`` embeds it; the GPU machine compiles it when it
+loads the file.
 
 Usage::
 
@@ -24,7 +26,6 @@ from pathlib import Path
 
 import tvm
 from tvm import relax
-from tvm.s_tir import dlight as dl
 
 import tvm_ext
 from tvm_ext.frontend import from_onnx
@@ -34,25 +35,24 @@ from tvm_ext.models import BUNDLED_FILE
 
 def way1_your_sequential(mod: tvm.IRModule, target: tvm.target.Target) -> tvm.runtime.Executable:
     """tvm_ext's stages as passes in a user-built Sequential."""
-    stages = tvm_ext.preset_passes("baseline", target)   # the preset's passes, stage by stage
+    stages = tvm_ext.preset_passes(tvm_ext.DEFAULT_PRESET, target)   # the preset's passes, stage by stage
     pipeline = tvm.transform.Sequential([
         relax.transform.FoldConstant(),                   # any pass of your own
-        tvm_ext.graph_passes("baseline", target),         # tvm_ext: legalize + fuse (target-independent)
-        dl.ApplyDefaultSchedule(dl.gpu.Transpose()),      # your own scheduling choice first ...
-        *stages.schedule,                                 # ... the preset schedules the rest
+        *stages.graph,                                    # tvm_ext: candidates, selection, fusion
+        *stages.schedule,                                 # every kernel scheduled from its plan, dlight for the rest
         *stages.lower,                                    # TVM's lowering for the VM
     ], name="my_pipeline")
-    return tvm.compile(mod, target, relax_pipeline=pipeline)
+    return tvm.compile(mod, target, relax_pipeline=pipeline, tir_pipeline="tvm_ext")
 
 
 def way2_tvm_compile(mod: tvm.IRModule) -> tvm.runtime.Executable:
     """``import tvm_ext`` registered the target tag and the pipeline name."""
-    return tvm.compile(mod, target="tvm_ext/h100", relax_pipeline="tvm_ext")
+    return tvm.compile(mod, target="tvm_ext/h100", relax_pipeline="tvm_ext", tir_pipeline="tvm_ext")
 
 
 def way3_tvm_ext_compile(model: Path, target: str) -> tvm.runtime.Executable:
     """One call from the ONNX file."""
-    return tvm_ext.compile(model, target=target, preset="baseline")
+    return tvm_ext.compile(model, target=target)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -72,7 +72,7 @@ def test_devices(capsys):
 
 
 def test_inspect_json(capsys, mlp_file):
-    code, out, _ = _run(capsys, "inspect", str(mlp_file), "--target", "tvm_ext/h100", "--json")
+    code, out, _ = _run(capsys, "inspect", str(mlp_file), "--target", "tvm_ext/h100", "--preset", "baseline", "--json")
     assert code == 0
     data = json.loads(out)
     assert data["model"] == "mlp.onnx" and data["preset"] == "baseline"
@@ -88,11 +88,13 @@ def test_inspect_table_with_shapes_and_cuda_file(capsys, free_dim_file, tmp_path
     assert code == 0
     assert "kernel launches / inference" in out and "fused groups:" in out
     assert "__global__" in cuda.read_text()
+    assert out.splitlines()[1].split() == ["preset", "full"]                 # the default preset
 
 
 def test_compile_exports_library(capsys, mlp_file, tmp_path):
     out_so = tmp_path / "mlp.so"
-    code, out, _ = _run(capsys, "compile", str(mlp_file), "--target", "tvm_ext/h100", "-o", str(out_so), "--no-nvcc")
+    code, out, _ = _run(capsys, "compile", str(mlp_file), "--target", "tvm_ext/h100", "--preset", "baseline",
+                        "-o", str(out_so), "--no-nvcc")
     assert code == 0 and out_so.is_file()
     assert f"wrote {out_so}" in out and "2 kernel launches (2 distinct kernels)" in out
     assert "nvcc kernel check: skipped" in out

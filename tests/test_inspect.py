@@ -118,12 +118,12 @@ def _mark_transpose(mod: tvm.IRModule) -> tvm.IRModule:
 
 @pytest.fixture(scope="module")
 def two_report():
-    return inspect(TwoKernels, "tvm_ext/h100", keep_source=True)
+    return inspect(TwoKernels, "tvm_ext/h100", "baseline", keep_source=True)
 
 
 @pytest.fixture(scope="module")
 def small_report():
-    return inspect(SmallModel, "tvm_ext/h100", keep_source=True)
+    return inspect(SmallModel, "tvm_ext/h100", "baseline", keep_source=True)
 
 
 # ---------------------------------------------------------------- kernel launches
@@ -146,7 +146,7 @@ def test_launch_regions_agree_with_host_device_split(two_report, small_report):
 
 
 def test_kernel_inside_host_loop_counts_per_iteration():
-    report = inspect(HostLoop, "tvm_ext/h100")
+    report = inspect(HostLoop, "tvm_ext/h100", "baseline")
     (k,) = report.launches
     assert (k.func, k.calls, k.kernels_per_call) == ("looped", 2, 4)
     assert len(launch_regions(HostLoop["looped"])) == 4

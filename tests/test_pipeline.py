@@ -9,7 +9,7 @@ from tvm.script import relax as R
 
 import tvm_ext
 from tvm_ext.errors import PresetError
-from tvm_ext.driver import get_preset, list_presets, preset_pipeline, use_preset
+from tvm_ext.driver import DEFAULT_PRESET, get_preset, list_presets, preset_pipeline, use_preset
 from tvm_ext.inspect import global_kernel_names
 
 
@@ -64,10 +64,23 @@ def test_baseline_reproduces_tvm_default_cuda_pipeline(cuda_target):
 
 
 def test_tvm_compile_with_tag_and_pipeline_name():
-    ex = tvm.compile(SmallMLP, target="tvm_ext/h100", relax_pipeline="tvm_ext")
-    # "tvm_ext" runs the active preset (baseline): the same two kernels as TVM's default pipeline
+    ex = tvm.compile(SmallMLP, target="tvm_ext/h100", relax_pipeline="tvm_ext.baseline")
+    # baseline: the same two kernels as TVM's default pipeline
     assert sorted(global_kernel_names(_cuda_source(ex))) == ["fused_matmul_add_relu_kernel", "softmax_kernel"]
     assert tvm.target.Target("tvm_ext/h100").attrs["arch"].startswith("sm_90")
+
+
+def test_tvm_ext_pipeline_runs_the_default_preset_unless_told_otherwise():
+    assert DEFAULT_PRESET == "full"
+    kernels = {}
+    for name in ("tvm_ext", "tvm_ext.full", "tvm_ext.baseline"):
+        ex = tvm.compile(SmallMLP, target="tvm_ext/h100", relax_pipeline=name, tir_pipeline="tvm_ext")
+        kernels[name] = sorted(global_kernel_names(_cuda_source(ex)))
+    assert kernels["tvm_ext"] == kernels["tvm_ext.full"] == ["fused_matmul_add_relu_softmax_kernel"]
+    assert kernels["tvm_ext.baseline"] == ["fused_matmul_add_relu_kernel", "softmax_kernel"]
+    with tvm_ext.use_preset("baseline"):
+        ex = tvm.compile(SmallMLP, target="tvm_ext/h100", relax_pipeline="tvm_ext")
+    assert sorted(global_kernel_names(_cuda_source(ex))) == kernels["tvm_ext.baseline"]
 
 
 def test_unimplemented_preset_names_what_exists():
@@ -86,9 +99,10 @@ def test_unimplemented_preset_through_tvm_compile_fails_clearly(cuda_target):
 
 
 def test_use_preset_scopes_the_choice():
-    assert tvm_ext.driver.active_preset().name == "baseline"
+    assert tvm_ext.driver.active_preset().name == DEFAULT_PRESET == "full"
     with use_preset("baseline") as preset:
-        assert preset.name == "baseline"
+        assert preset.name == "baseline" and tvm_ext.driver.active_preset().name == "baseline"
+    assert tvm_ext.driver.active_preset().name == "full"
     with pytest.raises(PresetError):
         with use_preset("no_such_preset"):
             pass
@@ -116,7 +130,7 @@ def test_tvm_compile_bert_layer_with_tvm_ext_pipeline():
     from tvm_ext.models import BUNDLED_FILE
 
     mod = from_onnx(BUNDLED_FILE)
-    ex = tvm.compile(mod, target="tvm_ext/h100", relax_pipeline="tvm_ext")
+    ex = tvm.compile(mod, target="tvm_ext/h100", relax_pipeline="tvm_ext.baseline")
     src = _cuda_source(ex)
     # Distinct kernels by FuseOps' rules (a GEMM takes following elementwise/broadcast ops; reshapes
     # and transposes fuse with each other, not into a GEMM): Q/K/V dense + bias (one kernel, same

@@ -22,8 +22,9 @@ from typing import Iterator
 
 from ..errors import PresetError
 
-#: The preset of ``tvm_ext.compile``, the ``"tvm_ext"`` pipeline and the CLI.
-DEFAULT_PRESET = "baseline"
+#: The preset of ``tvm_ext.compile``, ``inspect``, the ``"tvm_ext"`` pipeline and the CLI: ``full``,
+#: modelled no slower than baseline, stitch or cutlass on every seed model (bench/modelled/).
+DEFAULT_PRESET = "full"
 _ACTIVE_PRESET: contextvars.ContextVar[str | None] = contextvars.ContextVar("tvm_ext_preset", default=None)
 SELECTORS = ("priority", "blp")
 REST_POLICIES = ("none", "fuseops")

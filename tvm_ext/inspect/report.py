@@ -43,7 +43,7 @@ from tvm import tirx
 
 import json
 
-from ..driver import Preset, StagedBuild, build, cost_model, load_module
+from ..driver import DEFAULT_PRESET, Preset, StagedBuild, build, cost_model, load_module
 from ..graph import OpGraph
 from ..errors import TvmExtError
 from ..hardware import DEFAULT_TARGET, DeviceSpec, device_from_target, is_gpu_target, load_device, resolve_target
@@ -324,7 +324,7 @@ def report_from_stages(stages: StagedBuild, *, model_name: str = "IRModule", dev
 
 
 def inspect(model_or_mod: Any, target: str | Mapping | tvm.target.Target = DEFAULT_TARGET,
-            preset: str | Preset = "baseline", *, shapes: Mapping[str, Sequence[int]] | None = None, fp16: bool = False,
+            preset: str | Preset = DEFAULT_PRESET, *, shapes: Mapping[str, Sequence[int]] | None = None, fp16: bool = False,
             device: str | DeviceSpec | None = None, keep_source: bool = False) -> Report:
     """Compile a model for a GPU target with a preset and report what happened.
 

@@ -34,7 +34,7 @@ from typing import Any
 import onnx
 import tvm
 
-from ..driver import DEFAULT_PRESET, get_preset
+from ..driver import get_preset
 from ..errors import TVM_ERRORS, TvmExtError
 from .compare import compare_outputs, mismatch_message
 from .isolated_pool import IsolatedPool
@@ -45,7 +45,7 @@ logger = logging.getLogger(__name__)
 
 STATUSES = ("pass", "mismatch", "import-fail", "build-fail", "run-fail", "timeout", "crash", "skipped")
 FAILURES = ("mismatch", "import-fail", "build-fail", "run-fail", "timeout", "crash")
-BASELINE = DEFAULT_PRESET
+BASELINE = "baseline"
 
 #: TVM's errors plus AssertionError: the ONNX converters and dlight's rules are Python code that
 #: asserts what it expects of a node.
