@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from math import prod
 from typing import Iterable, Sequence
 
-import tvm
 
 from ..errors import AnalysisError
+from ..graph.opgraph import element_bytes
 
 
 @dataclass(frozen=True)
@@ -161,18 +161,6 @@ class Region:
         1024
         """
         return self.num_elements * element_bytes(dtype)
-
-
-def element_bytes(dtype: str) -> int:
-    """Bytes of one element of ``dtype`` (sub-byte types round up).
-
-    Examples
-    --------
-    >>> element_bytes("float16")
-    2
-    """
-    t = tvm.runtime.DataType(dtype)
-    return max(1, (t.bits * max(1, t.lanes) + 7) // 8)
 
 
 def _check_tile(shape: Sequence[int], tile: Sequence[int]) -> tuple[tuple[int, ...], tuple[int, ...]]:

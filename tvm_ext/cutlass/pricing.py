@@ -1,7 +1,7 @@
 """CUTLASS kernels through the one cost interface: what a configuration does, and the cheapest one.
 
 :func:`describe` turns a workload and a :class:`~tvm_ext.cutlass.config.KernelConfig` into the
-kernel description the cost model prices (:class:`CutlassKernel`):
+kernel description the cost model prices (a :class:`~tvm_ext.select.describe.KernelDescription`):
 
 * **flops** of the padded tile grid (``ceil(M / tbM) x tbM x ceil(N / tbN) x tbN x K x 2`` per
   batch entry): a tile computes all of its rows and columns even past the problem's edge;
@@ -32,12 +32,13 @@ Example
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 from ..hardware import DeviceSpec
 from ..select.analytic import AnalyticCostModel, fits_l2, resident_blocks
 from ..select.candidate import CodePath, LaunchShape
 from ..select.cost import CostEstimate, CostModel
+from ..graph import element_bytes
+from ..select.describe import KernelDescription
 from .candidates import candidates
 from .config import API_3X, KernelConfig
 
@@ -45,24 +46,7 @@ from .config import API_3X, KernelConfig
 THREADS_3X = 384
 
 
-def _bytes(dtype: str) -> int:
-    return 4 if dtype == "float32" else 2
-
-
-@dataclass(frozen=True)
-class CutlassKernel:
-    """The priced description of one CUTLASS launch (see the module docstring)."""
-
-    flops: int
-    global_bytes: int
-    unique_bytes: int
-    launch: LaunchShape
-    code_path: CodePath
-    dtype: str
-    dram_bytes: int
-
-
-def describe(wl, cfg: KernelConfig, device: DeviceSpec) -> CutlassKernel:
+def describe(wl, cfg: KernelConfig, device: DeviceSpec) -> KernelDescription:
     """What one call of ``wl`` with ``cfg`` computes and moves on ``device``."""
     m, n, k = wl.gemm_mnk
     tbm, tbn, tbk = cfg.threadblock
@@ -71,7 +55,7 @@ def describe(wl, cfg: KernelConfig, device: DeviceSpec) -> CutlassKernel:
     flops = 2 * tiles_m * tbm * tiles_n * tbn * k * batch
     if wl.flops > 2 * m * n * k * batch:   # a back-to-back pair: its second GEMM too
         flops += wl.flops - 2 * m * n * k * batch
-    ib, ob = _bytes(wl.dtype), _bytes(wl.final_dtype)
+    ib, ob = element_bytes(wl.dtype), element_bytes(wl.final_dtype)
     a, b, out = m * k * ib * batch, k * n * ib * (batch if getattr(wl, "b_batched", False) else 1), m * n * ob * batch
     source = getattr(getattr(wl, "epilogue", None), "source", "")
     c = out if source in ("residual", "bias_residual") else (n * ob if source == "bias" else 0)
@@ -82,8 +66,8 @@ def describe(wl, cfg: KernelConfig, device: DeviceSpec) -> CutlassKernel:
                          shared_bytes=stages * (tbm + tbn) * tbk * ib)
     path = CodePath.WGMMA if cfg.api == API_3X else CodePath.MMA_SYNC
     unique = a + b + out + c
-    return CutlassKernel(flops, global_bytes, unique, launch, path, wl.dtype,
-                         _dram_bytes(wl, cfg, device, launch, unique, global_bytes, out + c))
+    return KernelDescription(flops, global_bytes, unique, launch, path, wl.dtype,
+                             dram_bytes=_dram_bytes(wl, cfg, device, launch, unique, global_bytes, out + c))
 
 
 def _dram_bytes(wl, cfg: KernelConfig, device: DeviceSpec, launch: LaunchShape, unique: int, moved: int,
@@ -94,7 +78,7 @@ def _dram_bytes(wl, cfg: KernelConfig, device: DeviceSpec, launch: LaunchShape, 
     m, n, k = wl.gemm_mnk
     tbm, tbn, _ = cfg.threadblock
     tiles_m, tiles_n = math.ceil(m / tbm), math.ceil(n / tbn)
-    ib = _bytes(wl.dtype)
+    ib = element_bytes(wl.dtype)
     # one wave: resident CTAs -> output tiles (split-K slices share one) -> an a x b patch per batch entry
     resident = min(launch.grid, resident_blocks(device, launch))
     tiles = max(1, math.ceil(resident / cfg.split_k))
@@ -133,4 +117,4 @@ def cheapest_config(wl, arch: str, device: DeviceSpec, model: CostModel | None =
     return cfg, est
 
 
-__all__ = ["CutlassKernel", "THREADS_3X", "cheapest_config", "describe"]
+__all__ = ["THREADS_3X", "cheapest_config", "describe"]

@@ -22,6 +22,7 @@ from typing import Callable, Sequence
 from tqdm import tqdm
 
 from ..errors import KernelCompileError
+from ..graph import element_bytes
 from ..hardware import DeviceSpec
 from ..select.database import Database, Record
 from ..toolchain.cuda import gpu_available
@@ -113,10 +114,6 @@ _CONV_SETUP = r"""
 """
 
 
-def _bytes(dtype: str) -> int:
-    return 4 if dtype == "float32" else 2
-
-
 def emit_profiler_main(wl: Workload, entry: str, split_k: int = 1) -> str:
     """The ``main`` translation unit of a profiler program for instance ``entry``."""
     ep = wl.epilogue
@@ -141,8 +138,8 @@ def emit_profiler_main(wl: Workload, entry: str, split_k: int = 1) -> str:
                   "residual": residual,
                   "bias_residual": residual + " args.bias = alloc_fill(args.n, ob, 5);"}.get(ep.source, "")
         args_t = "TvmExtGemmArgs"
-    setup = setup.replace("SOURCE", source).replace("IN_BYTES", str(_bytes(wl.dtype)))
-    setup = setup.replace("OUT_BYTES", str(_bytes(wl.final_dtype)))
+    setup = setup.replace("SOURCE", source).replace("IN_BYTES", str(element_bytes(wl.dtype)))
+    setup = setup.replace("OUT_BYTES", str(element_bytes(wl.final_dtype)))
     return PROFILER_MAIN.replace("ENTRY", entry).replace("ARGS_T", args_t).replace("SETUP", setup)
 
 

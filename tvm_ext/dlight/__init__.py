@@ -8,8 +8,8 @@
 """
 from __future__ import annotations
 
-from .generator import DlightGenerator, DlightPlan, FuseOpsGroups, uses_tensor_cores
+from .generator import DlightGenerator, DlightPlan, FuseOpsGroups
 from .rules import RULE_ERRORS, RuleOutcome, SafeDefaultSchedule, apply_rules, default_rules, is_scheduled, mark_dlight
 
 __all__ = ["DlightGenerator", "DlightPlan", "FuseOpsGroups", "RULE_ERRORS", "RuleOutcome", "SafeDefaultSchedule", "apply_rules",
-           "default_rules", "is_scheduled", "mark_dlight", "uses_tensor_cores"]
+           "default_rules", "is_scheduled", "mark_dlight"]

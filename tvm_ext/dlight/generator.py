@@ -25,7 +25,6 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import tvm
-import tvm_ffi
 from tvm import relax, tirx
 
 from ..hardware import DeviceSpec
@@ -34,13 +33,12 @@ from ..select.context import SelectionContext
 from ..select.generator import ScheduledKernel, get_generator, register_generator
 from ..select.origin import trace_partition
 from ..select.groups import compute_groups
-from ..select.launch import launch_shape
+from ..select.launch import launch_shape, uses_tensor_cores
 from .rules import apply_rules, mark_dlight
 
 logger = logging.getLogger(__name__)
 
 #: Storage scopes of tensor-core fragments (dlight's tensorized matmul uses WMMA).
-_TENSOR_CORE_SCOPES = ("wmma.matrix_a", "wmma.matrix_b", "wmma.accumulator", "m16n8k8.matrixA")
 
 
 @dataclass(frozen=True)
@@ -69,19 +67,6 @@ class DlightPlan:
         """One line for reports."""
         return f"dlight {self.rule}" + {"compute": " (compute + epilogue)", "fuseops": " (FuseOps group)"}.get(
             self.group, "")
-
-
-def uses_tensor_cores(func: tirx.PrimFunc) -> bool:
-    """Whether a scheduled ``func`` allocates tensor-core fragments."""
-    found: list[bool] = []
-
-    def on_block(block) -> None:
-        for buf in block.alloc_buffers:
-            if str(getattr(buf.ty, "storage_scope", "")).startswith(_TENSOR_CORE_SCOPES):
-                found.append(True)
-
-    tvm_ffi.structural_walk(func.body, (tvm.s_tir.SBlock, on_block))
-    return bool(found)
 
 
 class DlightGenerator:
@@ -163,4 +148,4 @@ class FuseOpsGroups:
 register_generator(DlightGenerator())
 register_generator(FuseOpsGroups())
 
-__all__ = ["DlightGenerator", "DlightPlan", "FuseOpsGroups", "uses_tensor_cores"]
+__all__ = ["DlightGenerator", "DlightPlan", "FuseOpsGroups"]

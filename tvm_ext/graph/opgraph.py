@@ -54,7 +54,7 @@ class TensorInfo:
     @property
     def nbytes(self) -> int:
         """Size in bytes (sub-byte dtypes round up per element)."""
-        return _num_elements(self.shape) * _dtype_bytes(self.dtype)
+        return _num_elements(self.shape) * element_bytes(self.dtype)
 
 
 @dataclass(frozen=True)
@@ -168,7 +168,7 @@ class _Builder:
 
     def tensor_bytes(self, name: str) -> int:
         t = self.tensors[name]
-        return _num_elements(t["shape"]) * _dtype_bytes(t["dtype"])
+        return _num_elements(t["shape"]) * element_bytes(t["dtype"])
 
     def visit_function(self, func: relax.Function, group: str | None) -> tuple[str, ...]:
         body = func.body
@@ -237,9 +237,16 @@ def _num_elements(shape: Iterable[int]) -> int:
     return n
 
 
-def _dtype_bytes(dtype: str) -> int:
-    bits = tvm.runtime.DataType(dtype).bits * max(1, tvm.runtime.DataType(dtype).lanes)
-    return max(1, (bits + 7) // 8)
+def element_bytes(dtype: str) -> int:
+    """Bytes of one element of ``dtype`` (sub-byte types round up).
+
+    Examples
+    --------
+    >>> element_bytes("float16")
+    2
+    """
+    t = tvm.runtime.DataType(dtype)
+    return max(1, (t.bits * max(1, t.lanes) + 7) // 8)
 
 
 class OpGraph:

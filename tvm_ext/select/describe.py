@@ -21,15 +21,13 @@ import math
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-import tvm
 from tvm import tirx
 
 from ..analysis import element_bytes
 from ..graph import func_flops
 from .candidate import CodePath, LaunchShape
-from .launch import launch_shape
+from .launch import launch_shape, uses_tensor_cores
 
-_TENSOR_CORE_SCOPES = ("wmma.", "m16n8k8.", "mma.")
 
 
 @dataclass(frozen=True)
@@ -67,20 +65,6 @@ def _param_bytes(param) -> tuple[int, str]:
     return math.prod(dims) * element_bytes(str(ty.dtype)), str(ty.dtype)
 
 
-def _tensor_cores(func: tirx.PrimFunc) -> bool:
-    import tvm_ffi
-
-    found: list[bool] = []
-
-    def on_block(block) -> None:
-        for buf in block.alloc_buffers:
-            if str(getattr(buf.ty, "storage_scope", "")).startswith(_TENSOR_CORE_SCOPES):
-                found.append(True)
-
-    tvm_ffi.structural_walk(func.body, (tvm.s_tir.SBlock, on_block))
-    return bool(found)
-
-
 def describe_scheduled(graph_func: tirx.PrimFunc, scheduled: tirx.PrimFunc,
                        code_path: CodePath | None = None) -> KernelDescription:
     """Describe a built kernel from its unscheduled (graph-stage) and scheduled PrimFunc; a kernel
@@ -97,7 +81,7 @@ def describe_scheduled(graph_func: tirx.PrimFunc, scheduled: tirx.PrimFunc,
     unique = sum(b for b, _ in sizes)
     dtypes = [d for _, d in sizes if d.startswith(("float", "bfloat"))]
     dtype = dtypes[-1] if dtypes else "float32"
-    path = code_path or (CodePath.MMA_SYNC if _tensor_cores(scheduled) else CodePath.SIMT)
+    path = code_path or (CodePath.MMA_SYNC if uses_tensor_cores(scheduled) else CodePath.SIMT)
     try:
         plan = plan_of(graph_func)
     except PlanError:

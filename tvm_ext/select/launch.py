@@ -26,6 +26,21 @@ from ..tir.grid_sync import GRID_SYNC_OP
 from .candidate import LaunchShape
 
 _SHARED_SCOPES = ("shared", "shared.dyn")
+#: Storage scopes of tensor-core fragments (dlight's WMMA tensorization, mma.sync tiles).
+_TENSOR_CORE_SCOPES = ("wmma.", "m16n8k8.", "mma.")
+
+
+def uses_tensor_cores(func: tirx.PrimFunc) -> bool:
+    """Whether a scheduled ``func`` allocates tensor-core fragments (its code path is ``mma_sync``)."""
+    found: list[bool] = []
+
+    def on_block(block) -> None:
+        for buf in block.alloc_buffers:
+            if str(getattr(buf.ty, "storage_scope", "")).startswith(_TENSOR_CORE_SCOPES):
+                found.append(True)
+
+    tvm_ffi.structural_walk(func.body, (tvm.s_tir.SBlock, on_block))
+    return bool(found)
 
 
 def _const_extent(loop: tirx.For) -> int:
@@ -162,4 +177,4 @@ def launch_shape(func: tirx.PrimFunc, *, registers: int | None = None) -> Launch
                        grid_syncs=grid_barriers(func))
 
 
-__all__ = ["compacted", "grid_barriers", "launch_regions", "launch_shape"]
+__all__ = ["compacted", "grid_barriers", "launch_regions", "launch_shape", "uses_tensor_cores"]
