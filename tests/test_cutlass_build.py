@@ -279,3 +279,44 @@ def test_bias_residual_and_padding_numerics_on_gpu(llvm_target):
     outs = relax.VirtualMachine(ex, dev)["main"](*(tvm.runtime.tensor(a, dev) for a in args))
     for got, ref in zip(outs, refs):
         np.testing.assert_allclose(got.numpy().astype("float32"), ref, rtol=2e-2, atol=5e-2)
+
+
+@I.ir_module
+class ConvSiluShortcut:  # YOLO's bottleneck: conv + bias + SiLU (as x * sigmoid(x)), then the shortcut
+    @R.function
+    def main(x: R.Tensor((1, 16, 16, 64), "float16"), w: R.Tensor((64, 3, 3, 64), "float16"),
+             b: R.Tensor((1, 1, 1, 64), "float16"), r: R.Tensor((1, 16, 16, 64), "float16")):
+        with R.dataflow():
+            z = R.add(R.nn.conv2d(x, w, padding=[1, 1, 1, 1], data_layout="NHWC", kernel_layout="OHWI",
+                                  out_layout="NHWC"), b)
+            o = R.add(r, R.multiply(z, R.sigmoid(z)))
+            R.output(o)
+        return o
+
+
+@I.ir_module
+class DenseGeluShortcut:
+    @R.function
+    def main(x: R.Tensor((256, 128), "float16"), w: R.Tensor((512, 128), "float16"), b: R.Tensor((512,), "float16"),
+             r: R.Tensor((256, 512), "float16")):
+        with R.dataflow():
+            o = R.add(R.nn.gelu(R.add(R.matmul(x, R.permute_dims(w)), b)), r)
+            R.output(o)
+        return o
+
+
+@pytest.mark.parametrize("mod, arch", [(ConvSiluShortcut, "sm_80"), (DenseGeluShortcut, "sm_90a")],
+                         ids=["conv_silu_sm80", "dense_gelu_sm90a"])
+def test_residual_after_activation_is_one_2x_kernel_that_compiles(mod, arch):
+    """act(acc + bias) + residual: one composite, the residual block epilogue with the activation
+    inside and Identity outside, a 2.x kernel even on sm_90a (3.x has no such fusion)."""
+    part = tc.partition_for_cutlass(mod)
+    (func,) = [f for _, f in part.functions_items() if f.attrs is not None and "Codegen" in f.attrs]
+    name = tc.workload_from_function(func).composite
+    assert name.endswith("_bias_silu_residual" if mod is ConvSiluShortcut else "_bias_gelu_residual")
+    (src,) = module_kernels(part, {"arch": arch}).values()
+    act = "SiLu" if mod is ConvSiluShortcut else "GELU"
+    assert ("LinearCombinationResidualBlock<" in src
+            and f"cutlass::epilogue::thread::{act}, cutlass::plus, cutlass::epilogue::thread::Identity>" in src)
+    assert "cutlass::arch::Sm80" in src and "Sm90" not in src
+    nvcc.compile_object(src, arch)

@@ -235,9 +235,11 @@ def test_wrong_hardswish_constants_not_fused():
 def test_pattern_names_parse_back():
     names = [p.name for p in cutlass_patterns()]
     # 4 operators x (4 sources {none, bias, residual, bias+residual} x 7 activations {none, relu, gelu,
-    # gelu_tanh, silu, sigmoid, hardswish} + 7 cast variants): casts fuse only without bias/residual
+    # gelu_tanh, silu, sigmoid, hardswish} + 7 cast variants + 5 residuals after an activation other
+    # than hardswish): casts fuse only without bias/residual; a residual after the activation is
+    # matched in both operand orders (two patterns, one name)
     assert len(ACTIVATIONS) == 6
-    assert len(names) == len(set(names)) == 4 * (4 * 7 + 7)
+    assert len(set(names)) == 4 * (4 * 7 + 7 + 5) and len(names) == len(set(names)) + 4 * 5
     for name in names:
         assert CompositeName.parse(name).name == name
 
@@ -289,3 +291,47 @@ def test_bias_residual_needs_a_vector_and_a_full_tensor():
                          "fused_relax_matmul_relax_add_tvm_ext_cutlass", "tvm_ext_cutlass.matmul_bias", 0,
                          "float16", tail=(lines[-1],), result="s")
     tvm.ir.assert_structural_equal(after, _parse(expected))
+
+
+@pytest.mark.parametrize("order", ["act first", "residual first"])
+def test_residual_after_activation_in_either_order(order: str):
+    """act(conv + bias) + residual is one composite whichever operand of the last add is the
+    residual; the workload reader finds bias and residual through the activation."""
+    params = {"x": ((1, 8, 8, 16), "float16"), "w": ((32, 3, 3, 16), "float16"), "b": ((1, 1, 1, 32), "float16"),
+              "r": ((1, 8, 8, 32), "float16")}
+    last = "gv = R.add(a, r)" if order == "act first" else "gv = R.add(r, a)"
+    lines = ['m = R.nn.conv2d(x, w, padding=1, data_layout="NHWC", kernel_layout="OHWI")', "y = R.add(m, b)",
+             "a = R.nn.silu(y)", last]
+    fname = "fused_relax_nn_conv2d_relax_add_relax_nn_silu_relax_add_tvm_ext_cutlass"
+    expected = _parse(_expected(params, ["x", "w", "b", "r"], lines, fname,
+                                "tvm_ext_cutlass.conv2d_bias_silu_residual", 0, "float16"))
+    after = partition_for_cutlass(_parse(_before(params, lines)))
+    tvm.ir.assert_structural_equal(after, expected)
+    from tvm_ext.cutlass import workload_from_function
+
+    off = workload_from_function(after[fname])
+    assert dict(zip(["x", "w", "b", "r"], off.roles)) == {"x": "a", "w": "b", "b": "bias", "r": "residual"}
+    assert off.workload.epilogue == Epilogue("bias_residual", "silu", residual_after_act=True)
+
+
+def test_shortcut_whose_residual_is_another_convs_activation():
+    """YOLO's bottleneck, y + silu(conv3x3(silu(conv1x1(y))) + b3) with y = silu(conv1x1(x) + b1):
+    matching the add with y as the activated operand would pull y's conv in while y is still read
+    elsewhere (rejected); the swapped pattern takes the 3x3 conv with y as its residual."""
+    params = {"x": ((1, 8, 8, 16), "float16"), "w1": ((16, 1, 1, 16), "float16"), "b1": ((1, 1, 1, 16), "float16"),
+              "w2": ((16, 1, 1, 16), "float16"), "b2": ((1, 1, 1, 16), "float16"),
+              "w3": ((16, 3, 3, 16), "float16"), "b3": ((1, 1, 1, 16), "float16")}
+    lines = ['m1 = R.nn.conv2d(x, w1, data_layout="NHWC", kernel_layout="OHWI")', "y = R.nn.silu(R.add(m1, b1))",
+             'm2 = R.nn.conv2d(y, w2, data_layout="NHWC", kernel_layout="OHWI")', "h = R.nn.silu(R.add(m2, b2))",
+             'm3 = R.nn.conv2d(h, w3, padding=1, data_layout="NHWC", kernel_layout="OHWI")',
+             "a = R.nn.silu(R.add(m3, b3))", "gv = R.add(y, a)"]
+    from tvm_ext.cutlass import workload_from_function
+
+    after = partition_for_cutlass(_parse(_before(params, lines)))
+    offloads = [workload_from_function(f) for _, f in after.functions_items()
+                if f.attrs is not None and "Codegen" in f.attrs]
+    # the two 1x1 convolutions have one shape: one function, called twice
+    assert sorted(o.composite for o in offloads) == ["tvm_ext_cutlass.conv2d_bias_silu",
+                                                     "tvm_ext_cutlass.conv2d_bias_silu_residual"]
+    (shortcut,) = [o for o in offloads if o.composite.endswith("_residual")]
+    assert shortcut.workload.r == 3                     # the second (3x3) conv carries the shortcut

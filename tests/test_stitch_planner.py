@@ -199,6 +199,22 @@ def test_split_reduction_is_factored():
     assert plan.graph.op(rf).spatial == (64, 3) and plan.schemes[rf] == "global" and plan.needs_grid_sync
 
 
+def test_split_of_a_full_reduction_to_a_scalar():
+    """One long row reduced to a 0-d result (a loss's mean): the partial results are the new
+    buffer's only axis (rfactor's factor_axis must index the written buffer, not the iterators)."""
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((1, 65536), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            out = bb.emit_output(relax.op.sum(x))
+        bb.emit_func_output(out)
+    func = relax.transform.LegalizeOps()(bb.get())["sum"]
+    plan = plan_prim_func(func, load_device("a100"))
+    (dom,) = plan.dominants
+    rf = next(n for n in plan.materialized if n != dom)
+    assert plan.split[dom] > 1 and plan.graph.op(rf).shape == (plan.split[dom],)
+
+
 def test_locality_helpers():
     plan = plan_prim_func(_layer_norm_func(), load_device("h100"))
     g = plan.graph

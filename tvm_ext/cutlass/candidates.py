@@ -57,8 +57,9 @@ def _fits(wl: Workload, tb: tuple[int, int, int]) -> bool:
 
 
 def uses_3x(wl: Workload, arch: str) -> bool:
-    """Whether sm_90a 3.x kernels apply: Hopper target, GEMM, and all operands 16-byte aligned."""
-    if not arch.endswith("a") or arch_number(arch) != 90 or wl.kind != "gemm":
+    """Whether sm_90a 3.x kernels apply: Hopper target, GEMM, all operands 16-byte aligned, and an
+    epilogue the 3.x fusion operations have (not a residual after the activation)."""
+    if not arch.endswith("a") or arch_number(arch) != 90 or wl.kind != "gemm" or wl.epilogue.residual_after_act:
         return False
     full = [128 // bits for bits in (16, 16, 32 if wl.final_dtype == "float32" else 16)]
     return list(wl.max_alignment) == full

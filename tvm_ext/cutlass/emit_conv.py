@@ -56,8 +56,10 @@ def _epilogue_functor(wl: Conv2dWorkload) -> str:
     """The epilogue as a function of the conv emitter's ``<ElementOutput, Count, Accumulator, Compute>``."""
     act = wl.epilogue.cutlass_activation
     if wl.epilogue.source == "bias_residual":
+        identity = "cutlass::epilogue::thread::Identity"
+        inner, outer = (act, identity) if wl.epilogue.residual_after_act else (identity, act)
         return ("cutlass::epilogue::thread::LinearCombinationResidualBlock<ElementOutput, Accumulator, Compute, "
-                f"ElementOutput, Count, cutlass::epilogue::thread::Identity, cutlass::plus, {act}>")
+                f"ElementOutput, Count, {inner}, cutlass::plus, {outer}>")
     return f"cutlass::epilogue::thread::LinearCombinationGeneric<{act}, ElementOutput, Count, Accumulator, Compute>"
 
 

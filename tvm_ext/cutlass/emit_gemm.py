@@ -106,15 +106,18 @@ def epilogue_declaration(ep: Epilogue, api: str, out_dtype: str, vector: int) ->
 
     2.x: ``LinearCombinationGeneric<act>`` reads one source C (bias with stride 0, or residual);
     bias + residual uses ``LinearCombinationResidualBlock<..., Identity, plus, act>`` of the
-    broadcast epilogue, ``act(acc + bias + residual)`` (bias = broadcast vector, residual = C).
+    broadcast epilogue, ``act(acc + bias + residual)`` (bias = broadcast vector, residual = C), or
+    ``<..., act, plus, Identity>``: ``act(acc + bias) + residual``.
     3.x: the fusion operations, with C = residual (``beta = 1``) and a per-column bias vector.
     """
     elem_d = cl.DataTypeTag[DTYPES[out_dtype]]
     act = ep.cutlass_activation
     if api == API_2X:
         if ep.source == "bias_residual":
+            inner, outer = (act, "cutlass::epilogue::thread::Identity") if ep.residual_after_act \
+                else ("cutlass::epilogue::thread::Identity", act)
             return (f"cutlass::epilogue::thread::LinearCombinationResidualBlock<{elem_d}, float, float, {elem_d}, "
-                    f"{vector}, cutlass::epilogue::thread::Identity, cutlass::plus, {act}>")
+                    f"{vector}, {inner}, cutlass::plus, {outer}>")
         return (f"cutlass::epilogue::thread::LinearCombinationGeneric<{act}, {elem_d}, {vector}, float, float>")
     elem_c = elem_d if ep.has_residual else "void"
     if ep.has_bias:

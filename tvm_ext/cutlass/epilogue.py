@@ -4,14 +4,18 @@ An epilogue is ``D = cast(act(acc + source))`` where ``source`` is nothing, a bi
 broadcast over the rows of the output (length N, the last axis), a residual tensor of the
 output's shape, or both (``acc + bias + residual``: ResNet's conv+bias+add+relu, BERT's
 dense+bias+residual); ``act`` is one of :data:`ACTIVATIONS` or none; ``cast`` converts to
-another output dtype (the operator's own output dtype is the dtype of ``acc + source``).
+another output dtype (the operator's own output dtype is the dtype of ``acc + source``). With
+both sources the residual may instead be added after the activation, ``act(acc + bias) +
+residual`` (YOLO's bottleneck: conv + bias + SiLU, then the shortcut).
 
 CUTLASS spelling: 2.x kernels use ``LinearCombinationGeneric<act>`` (one source tensor C with
 ``beta = 1``; a bias is C with stride 0) or, for bias + residual, the broadcast epilogue
 (``DefaultGemmWithBroadcast`` / ``DefaultConv2dFpropWithBroadcast`` with
 ``LinearCombinationResidualBlock<..., Identity, plus, act>``: ``act(acc + bias + residual)``
-with the bias as the broadcast vector and the residual as C). 3.x kernels use the fusion
-operations ``LinearCombination`` / ``LinCombEltAct`` / ``LinCombPerColBiasEltAct`` (C = residual).
+with the bias as the broadcast vector and the residual as C; ``<..., act, plus, Identity>`` for
+``act(acc + bias) + residual``). 3.x kernels use the fusion operations ``LinearCombination`` /
+``LinCombEltAct`` / ``LinCombPerColBiasEltAct`` (C = residual); they have no residual after the
+activation, so that epilogue is 2.x only.
 """
 from __future__ import annotations
 
@@ -20,6 +24,9 @@ from dataclasses import dataclass
 from tvm.relax.dpl import DFPattern, is_op, wildcard
 
 ACTIVATIONS: tuple[str, ...] = ("relu", "gelu", "gelu_tanh", "silu", "sigmoid", "hardswish")
+#: Activations a residual may follow (hardswish's decomposition has adds of its own that the
+#: workload reader would take for the residual add).
+ACTIVATIONS_BEFORE_RESIDUAL: tuple[str, ...] = ("relu", "gelu", "gelu_tanh", "silu", "sigmoid")
 SOURCES: tuple[str, ...] = ("none", "bias", "residual", "bias_residual")
 #: The operands each source adds, innermost add first (also the pattern annotation names).
 SOURCE_OPERANDS: dict[str, tuple[str, ...]] = {"none": (), "bias": ("bias",), "residual": ("residual",),
@@ -50,11 +57,15 @@ class Epilogue:
         One of :data:`ACTIVATIONS`.
     cast : bool
         Whether an ``astype`` follows (the output dtype differs from the operator's).
+    residual_after_act : bool
+        ``act(acc + bias) + residual`` instead of ``act(acc + bias + residual)`` (``bias_residual``
+        with an activation of :data:`ACTIVATIONS_BEFORE_RESIDUAL` only).
     """
 
     source: str = "none"
     activation: str | None = None
     cast: bool = False
+    residual_after_act: bool = False
 
     def __post_init__(self) -> None:
         if self.cast and self.source != "none":
@@ -63,10 +74,17 @@ class Epilogue:
             raise ValueError(f"epilogue source must be one of {SOURCES}, got {self.source!r}")
         if self.activation is not None and self.activation not in ACTIVATIONS:
             raise ValueError(f"activation must be one of {ACTIVATIONS} or None, got {self.activation!r}")
+        if self.residual_after_act and (self.source != "bias_residual"
+                                        or self.activation not in ACTIVATIONS_BEFORE_RESIDUAL):
+            raise ValueError("a residual after the activation needs source 'bias_residual' and one of "
+                             f"{ACTIVATIONS_BEFORE_RESIDUAL}, got {self.source!r} / {self.activation!r}")
 
     @property
     def suffix(self) -> str:
-        """Name suffix used in pattern names, e.g. ``"_bias_relu_cast"`` (empty for none)."""
+        """Name suffix used in pattern names, e.g. ``"_bias_relu_cast"``, ``"_bias_silu_residual"``
+        (a residual after the activation; empty for none)."""
+        if self.residual_after_act:
+            return f"_bias_{self.activation}_residual"
         parts = [] if self.source == "none" else [self.source]
         if self.activation:
             parts.append(self.activation)
@@ -100,6 +118,9 @@ class Epilogue:
     def parse(cls, suffix: str) -> "Epilogue":
         """Inverse of :attr:`suffix` (``"bias_relu"``, ``"_residual_gelu_tanh_cast"``, ``""``)."""
         text = suffix.strip("_")
+        middle = text[len("bias_"):-len("_residual")] if text.startswith("bias_") and text.endswith("_residual") else ""
+        if middle in ACTIVATIONS_BEFORE_RESIDUAL:
+            return cls("bias_residual", middle, residual_after_act=True)
         cast = text.endswith("cast")
         if cast:
             text = text[: -len("cast")].rstrip("_")
@@ -120,6 +141,7 @@ def all_epilogues() -> list[Epilogue]:
     """
     eps = [Epilogue(src, act, cast) for cast in (True, False) for src in SOURCES
            for act in ACTIVATIONS + (None,) if not (cast and src != "none")]
+    eps += [Epilogue("bias_residual", act, residual_after_act=True) for act in ACTIVATIONS_BEFORE_RESIDUAL]
     return sorted(eps, key=lambda e: -e.length)
 
 
@@ -148,10 +170,24 @@ def activation_pattern(act: str, x: DFPattern) -> tuple[DFPattern, dict[str, DFP
     raise ValueError(f"unknown activation {act!r}")
 
 
-def epilogue_pattern(ep: Epilogue, op: DFPattern) -> tuple[DFPattern, dict[str, DFPattern]]:
-    """Wrap the operator pattern ``op`` with the epilogue; returns root and annotations."""
+def epilogue_pattern(ep: Epilogue, op: DFPattern, swap: bool = False) -> tuple[DFPattern, dict[str, DFPattern]]:
+    """Wrap the operator pattern ``op`` with the epilogue; returns root and annotations.
+
+    ``swap`` puts the residual first in a residual-after-activation add: when both operands are
+    activations of biased GEMMs/convs (YOLO's ``y + silu(conv(cv1(y)))`` with ``y`` itself a
+    conv's SiLU), the first match may pick the operand whose value is used elsewhere, which the
+    check rejects; the swapped pattern offers the other assignment."""
     ann: dict[str, DFPattern] = {}
     cur = op
+    if ep.residual_after_act:  # add(act(add(op, bias)), residual), the adds' operands in either order
+        bias, residual = wildcard(), wildcard()
+        cur = is_op("relax.add")(op, bias)
+        ann.update(bias=bias, source_add=cur)
+        cur, extra = activation_pattern(ep.activation, cur)
+        ann.update(extra)
+        cur = is_op("relax.add")(residual, cur) if swap else is_op("relax.add")(cur, residual)
+        ann.update(residual=residual, residual_add=cur)
+        return cur, ann
     # bias_residual: the inner add's operand is annotated "bias", the outer one "residual"; the
     # check and the workload reader tell them apart by shape, so either order of the adds matches
     for i, name in enumerate(SOURCE_OPERANDS[ep.source]):

@@ -99,10 +99,11 @@ def _make_check(op: str, name: str) -> Callable[[PatternCheckContext], bool]:
     return check
 
 
-def make_pattern(op: str, epilogue: Epilogue) -> FusionPattern:
-    """The :class:`FusionPattern` for one operator and epilogue."""
+def make_pattern(op: str, epilogue: Epilogue, swap: bool = False) -> FusionPattern:
+    """The :class:`FusionPattern` for one operator and epilogue (``swap``: see
+    :func:`~tvm_ext.cutlass.epilogue.epilogue_pattern`)."""
     call, ann = _op_pattern(op)
-    root, ep_ann = epilogue_pattern(epilogue, call)
+    root, ep_ann = epilogue_pattern(epilogue, call, swap)
     ann.update(ep_ann)
     ann["root"] = root
     name = CompositeName(op, epilogue).name
@@ -110,8 +111,10 @@ def make_pattern(op: str, epilogue: Epilogue) -> FusionPattern:
 
 
 def cutlass_patterns(ops: tuple[str, ...] = OP_KINDS) -> list[FusionPattern]:
-    """All single-operator patterns, longest epilogue first (dense before matmul)."""
-    return [make_pattern(op, ep) for ep in all_epilogues() for op in OP_KINDS if op in ops]
+    """All single-operator patterns, longest epilogue first (dense before matmul); a residual
+    after the activation in both operand orders."""
+    return [make_pattern(op, ep, swap) for ep in all_epilogues() for op in OP_KINDS if op in ops
+            for swap in ((False, True) if ep.residual_after_act else (False,))]
 
 
 def partition_for_cutlass(mod, ops: tuple[str, ...] = OP_KINDS, extra_patterns: list[FusionPattern] | None = None):

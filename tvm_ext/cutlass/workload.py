@@ -215,7 +215,8 @@ def _single_op(comp: CompositeName, inner: relax.Function) -> tuple:
     if comp.op == "dense":
         rhs = values[rhs].args[0]
     roles[lhs], roles[rhs] = ROLE_A, ROLE_B
-    operands = _source_operands(values, op_call, len(SOURCE_OPERANDS[comp.epilogue.source]))
+    operands = _source_operands(values, op_call, len(SOURCE_OPERANDS[comp.epilogue.source]),
+                                through=comp.epilogue.residual_after_act)
     out_shape = static_shape(op_call)
     if comp.epilogue.source == "bias_residual":
         operands = list(split_bias_residual(*operands, out_shape))
@@ -232,18 +233,25 @@ def _single_op(comp: CompositeName, inner: relax.Function) -> tuple:
     return workload, roles
 
 
-def _source_operands(values: dict, op_call: relax.Call, count: int) -> list:
-    """The operands of the first ``count`` adds chained after ``op_call`` (either argument order)."""
+def _source_operands(values: dict, op_call: relax.Call, count: int, through: bool = False) -> list:
+    """The operands of the first ``count`` adds chained after ``op_call`` (either argument order);
+    with ``through``, the chain also runs through the other ops that read it (an activation
+    between the bias and the residual add)."""
     chain = next(var for var, value in values.items() if value.same_as(op_call))
     operands = []
     for var, value in values.items():
         if len(operands) == count:
             break
-        if isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op) and value.op.name == "relax.add":
+        if not isinstance(value, relax.Call) or not isinstance(value.op, tvm.ir.Op):
+            continue
+        reads = any(a.same_as(chain) for a in value.args)
+        if value.op.name == "relax.add":
             lhs, rhs = value.args
             if lhs.same_as(chain) or rhs.same_as(chain):
                 operands.append(rhs if lhs.same_as(chain) else lhs)
                 chain = var
+        elif through and operands and reads:
+            chain = var
     if len(operands) != count:
         raise CutlassCodegenError(f"expected {count} epilogue adds after the operator, found {len(operands)}")
     return operands

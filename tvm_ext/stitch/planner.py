@@ -187,7 +187,10 @@ def apply_split(sch: tvm.s_tir.Schedule, op: StitchOp, split: int) -> str:
     n_red = len(op.reduce_vars)
     red = sch.fuse(*loops[len(loops) - n_red:]) if n_red > 1 else loops[-1]
     outer, _ = sch.split(red, [split, None])
-    rf = sch.rfactor(outer, factor_axis=len(op.spatial))
+    try:  # the partial results get a new last axis of the written buffer (0-d for a full reduction)
+        rf = sch.rfactor(outer, factor_axis=len(op.shape))
+    except TVM_ERRORS as err:
+        raise StitchPlanError(f"cannot split the reduction '{op.name}': {str(err).splitlines()[-1][:200]}") from None
     return sch.get(rf).name_hint
 
 
