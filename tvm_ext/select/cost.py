@@ -4,7 +4,7 @@ Every selector and every generator that compares alternatives (CUTLASS configura
 against separate kernels) asks a :class:`CostModel`. Implementations: the analytic model
 (:class:`~tvm_ext.select.analytic.AnalyticCostModel`), measurements from the
 :class:`~tvm_ext.select.database.Database`, and a learned correction of the analytic model
-(:class:`~tvm_ext.select.learned.MeasuredCostModel` layers them).
+(:class:`~tvm_ext.select.measured.MeasuredCostModel` layers them).
 
 Example
 -------
