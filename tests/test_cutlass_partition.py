@@ -335,3 +335,19 @@ def test_shortcut_whose_residual_is_another_convs_activation():
                                                      "tvm_ext_cutlass.conv2d_bias_silu_residual"]
     (shortcut,) = [o for o in offloads if o.composite.endswith("_residual")]
     assert shortcut.workload.r == 3                     # the second (3x3) conv carries the shortcut
+
+
+def test_residual_after_activation_keeps_the_operand_roles_of_its_adds():
+    """silu(conv + r) + b with a full tensor inside and a bias vector outside is not the
+    residual-after-activation form (its inner add is a residual, its outer add a bias): the
+    operands are not swapped to fit it, so the activation's add stays outside a bias-first kernel."""
+    params = {"x": ((1, 8, 8, 16), "float16"), "w": ((32, 3, 3, 16), "float16"), "b": ((1, 1, 1, 32), "float16"),
+              "r": ((1, 8, 8, 32), "float16")}
+    lines = ['m = R.nn.conv2d(x, w, padding=1, data_layout="NHWC", kernel_layout="OHWI")', "y = R.add(m, r)",
+             "a = R.nn.silu(y)", "gv = R.add(a, b)"]
+    from tvm_ext.cutlass import workload_from_function
+
+    after = partition_for_cutlass(_parse(_before(params, lines)))
+    offloads = [workload_from_function(f) for _, f in after.functions_items()
+                if f.attrs is not None and "Codegen" in f.attrs]
+    assert [o.workload.epilogue.residual_after_act for o in offloads] == [False]

@@ -4,6 +4,8 @@ from __future__ import annotations
 import json
 import math
 
+from dataclasses import replace
+
 import pytest
 
 from tvm_ext.hardware import load_device
@@ -161,6 +163,26 @@ def test_measured_3x_configs_only_for_sm90a(tmp_path):
     db.add(cutlass_record(wl, two, "h100", 2e-6))
     assert best_config(db, wl, "h100", "sm_90a") == (three, 1e-6)
     assert best_config(db, wl, "h100", "sm_90") == (two, 2e-6)     # the 3.x kernel does not build for sm_90
+
+
+def test_records_of_a_same_shape_workload_keep_to_its_epilogue_rules(tmp_path):
+    """Records are keyed by shape: a 3.x or split-K record measured for a plain bias epilogue is
+    not used for a workload whose epilogue rules them out (residual after the activation: no
+    3.x fusion; bias + residual: no split-K, the bias would be added once per K slice)."""
+    plain = GemmWorkload("dense", 1, 64, 1024, 4096, "float16", "float16", "float16", "col", Epilogue("bias", "gelu"))
+    after = replace(plain, epilogue=Epilogue("bias_residual", "gelu", residual_after_act=True))
+    residual = replace(plain, epilogue=Epilogue("bias_residual", "gelu"))
+    three = next(c for c in candidates(plain, "sm_90a", H100) if c.api == "3x")
+    split = next(c for c in candidates(plain, "sm_90a", H100) if c.split_k > 1)
+    two = next(c for c in candidates(after, "sm_90a", H100) if c.split_k == 1)
+    assert after.key() == residual.key() == plain.key()
+    db = Database(tmp_path / "db.jsonl")
+    for cfg, latency in ((three, 1e-6), (split, 2e-6), (two, 3e-6)):
+        db.add(cutlass_record(plain, cfg, "h100", latency))
+    assert best_config(db, plain, "h100", "sm_90a") == (three, 1e-6)
+    assert best_config(db, after, "h100", "sm_90a") == (two, 3e-6)
+    assert best_config(db, residual, "h100", "sm_90a") == (three, 1e-6)   # 3.x fuses act(acc + bias + residual)
+    assert best_config(db, residual, "h100", "sm_80") == (two, 3e-6)
 
 
 def test_database_rejects_malformed_line(tmp_path):

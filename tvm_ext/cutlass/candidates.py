@@ -73,6 +73,16 @@ def _may_split_k(wl: Workload) -> bool:
     return wl.kind == "gemm" and wl.batch == 1 and wl.epilogue.source != "bias_residual"
 
 
+def admissible(wl: Workload, cfg: KernelConfig, arch: str) -> bool:
+    """Whether ``cfg`` may run ``wl`` on ``arch`` under the rules :func:`candidates` enumerates by
+    (a 3.x kernel only where :func:`uses_3x`, split-K only where the epilogue allows it). A
+    measured record is keyed by the problem shape alone, so it may come from a workload with
+    another epilogue."""
+    if cfg.api == API_3X:
+        return uses_3x(wl, arch)
+    return cfg.split_k == 1 or _may_split_k(wl)
+
+
 def candidates(wl: Workload, arch: str, device: DeviceSpec) -> list[KernelConfig]:
     """All pruned candidates for the workload on ``arch`` (``sm_80``..., ``sm_90a``)."""
     if arch_number(arch) < 80:

@@ -147,12 +147,17 @@ def split_bias_residual(a: relax.Expr, b: relax.Expr, out_shape: Sequence[int]) 
     return a, b
 
 
-def epilogue_reject_reason(annotated: Mapping[str, relax.Expr], op_call: relax.Call, root: relax.Expr) -> str | None:
-    """Checks on the epilogue operands: bias/residual shape and dtype, hardswish constants."""
+def epilogue_reject_reason(annotated: Mapping[str, relax.Expr], op_call: relax.Call, root: relax.Expr,
+                           ordered: bool = False) -> str | None:
+    """Checks on the epilogue operands: bias/residual shape and dtype, hardswish constants.
+
+    ``ordered``: the pattern fixes which add holds the bias (a residual after the activation:
+    the inner add's operand is the bias, the outer add's the residual), so the two are not
+    reordered by shape."""
     out_shape = static_shape(op_call)
     out_dtype = dtype_of(op_call)
     bias, residual = annotated.get("bias"), annotated.get("residual")
-    if bias is not None and residual is not None:
+    if bias is not None and residual is not None and not ordered:
         bias, residual = split_bias_residual(bias, residual, out_shape)
     if bias is not None:
         shape = static_shape(bias)

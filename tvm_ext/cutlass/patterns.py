@@ -68,8 +68,10 @@ def _op_pattern(op: str) -> tuple[DFPattern, dict[str, DFPattern]]:
     return call, {"lhs": lhs, "rhs": rhs, "op": call, **extra}
 
 
-def reject_reason(op: str, annotated, matched_expr=None, matched_bindings=None, var_usages=None) -> str | None:
-    """Why a match of ``op`` (annotations from :func:`make_pattern`) must stay in the graph."""
+def reject_reason(op: str, annotated, matched_expr=None, matched_bindings=None, var_usages=None,
+                  ordered: bool = False) -> str | None:
+    """Why a match of ``op`` (annotations from :func:`make_pattern`) must stay in the graph
+    (``ordered``: see :func:`~tvm_ext.cutlass.checks.epilogue_reject_reason`)."""
     call = annotated["op"]
     if op == "conv2d":
         reason = checks.conv2d_reject_reason(annotated["lhs"], annotated["rhs"], call)
@@ -77,7 +79,7 @@ def reject_reason(op: str, annotated, matched_expr=None, matched_bindings=None, 
         reason = checks.gemm_reject_reason(op, annotated["lhs"], annotated["rhs"], call,
                                            annotated.get("transpose"))
     if reason is None:
-        reason = checks.epilogue_reject_reason(annotated, call, annotated["root"])
+        reason = checks.epilogue_reject_reason(annotated, call, annotated["root"], ordered)
     if reason is None:
         for source in ("bias", "residual"):
             if source in annotated and any(annotated[source].same_as(annotated[x]) for x in ("lhs", "rhs")):
@@ -89,9 +91,10 @@ def reject_reason(op: str, annotated, matched_expr=None, matched_bindings=None, 
     return reason
 
 
-def _make_check(op: str, name: str) -> Callable[[PatternCheckContext], bool]:
+def _make_check(op: str, epilogue: Epilogue, name: str) -> Callable[[PatternCheckContext], bool]:
     def check(ctx: PatternCheckContext) -> bool:
-        reason = reject_reason(op, ctx.annotated_expr, ctx.matched_expr, ctx.matched_bindings, ctx.var_usages)
+        reason = reject_reason(op, ctx.annotated_expr, ctx.matched_expr, ctx.matched_bindings, ctx.var_usages,
+                               ordered=epilogue.residual_after_act)
         if reason is not None:
             _LOG.debug("%s rejected: %s", name, reason)
         return reason is None
@@ -107,7 +110,7 @@ def make_pattern(op: str, epilogue: Epilogue, swap: bool = False) -> FusionPatte
     ann.update(ep_ann)
     ann["root"] = root
     name = CompositeName(op, epilogue).name
-    return FusionPattern(name, root, ann, _make_check(op, name))
+    return FusionPattern(name, root, ann, _make_check(op, epilogue, name))
 
 
 def cutlass_patterns(ops: tuple[str, ...] = OP_KINDS) -> list[FusionPattern]:

@@ -15,6 +15,7 @@ Example
 from __future__ import annotations
 
 from ..select.database import Database, Record
+from .candidates import admissible
 from .config import API_3X, KernelConfig
 
 GENERATOR = "cutlass"
@@ -42,7 +43,8 @@ def cutlass_record(wl, cfg: KernelConfig, device: str, latency_s: float, source:
 
 
 def best_config(database: Database | None, wl, device: str, arch: str) -> tuple[KernelConfig, float] | None:
-    """The fastest measured configuration of ``wl`` on ``device`` that builds for ``arch``, with its
+    """The fastest measured configuration of ``wl`` on ``device`` that builds for ``arch`` and is
+    admissible for ``wl``'s epilogue (:func:`~tvm_ext.cutlass.candidates.admissible`), with its
     latency in seconds; None without a usable record."""
     if database is None:
         return None
@@ -51,7 +53,7 @@ def best_config(database: Database | None, wl, device: str, arch: str) -> tuple[
         if rec.generator != GENERATOR:
             continue
         cfg = KernelConfig.from_dict(rec.config)
-        if builds_for(cfg, arch):
+        if builds_for(cfg, arch) and admissible(wl, cfg, arch):
             usable.append((rec.latency_s, cfg))
     if not usable:
         return None

@@ -218,8 +218,8 @@ def _single_op(comp: CompositeName, inner: relax.Function) -> tuple:
     operands = _source_operands(values, op_call, len(SOURCE_OPERANDS[comp.epilogue.source]),
                                 through=comp.epilogue.residual_after_act)
     out_shape = static_shape(op_call)
-    if comp.epilogue.source == "bias_residual":
-        operands = list(split_bias_residual(*operands, out_shape))
+    if comp.epilogue.source == "bias_residual" and not comp.epilogue.residual_after_act:
+        operands = list(split_bias_residual(*operands, out_shape))   # after the act, the adds' order says
     for operand, role in zip(operands, SOURCE_OPERANDS[comp.epilogue.source]):
         if operand not in roles:
             raise CutlassCodegenError(f"composite {name}: the {role} operand is not a parameter")
