@@ -232,3 +232,20 @@ def test_stitch_preset_plans_and_builds_the_stitched_kernels():
     assert [type(x).__name__ for x in stages.schedule] == ["ApplyPlans", "SafeDefaultSchedule"]
     scheduled = build(Small, H100, p).scheduled
     assert set(planned_by(scheduled, "stitch").values()) == {"stitched"}
+
+
+def test_emitting_a_selection_leaves_the_callers_module_alone():
+    """Plans go onto the emitted module's functions, never onto the module the context holds."""
+    from tvm_ext.select.attrs import PLAN_ATTR
+    from tvm_ext.select.emission import emit_selection
+
+    ctx = _context(Small)
+    singles = [c for c in get_generator("dlight").candidates(ctx) if len(c.nodes) == 1]
+    out = emit_selection(ctx, singles)
+
+    def planned(mod):
+        return sorted(gv.name_hint for gv, f in mod.functions_items()
+                      if isinstance(f, tirx.PrimFunc) and f.attrs is not None and PLAN_ATTR in f.attrs)
+
+    assert planned(out) == sorted(ctx.graph.nodes[c.nodes[0]].func_name for c in singles)
+    assert planned(ctx.mod) == []

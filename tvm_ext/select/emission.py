@@ -20,6 +20,7 @@ from typing import Sequence
 import tvm
 from tvm import relax
 
+from ..ir_update import with_functions
 from .attrs import GENERATOR_ATTR, LIBRARY_KERNELS_ATTR, PLAN_ATTR
 from .candidate import Candidate
 from .context import SelectionContext
@@ -27,9 +28,6 @@ from .emit import Maker, call_bindings, emit_groups
 from .generator import get_generator
 from .measured import kernel_description
 from .plan import plan_to_text
-
-_CALL_TIR = tvm.ir.Op.get("relax.call_tir")
-
 
 def _retarget_call(func: relax.Function, site: tuple[int, int], new_gvar: tvm.ir.GlobalVar) -> relax.Function:
     """``func`` with the ``call_tir`` at ``site`` calling ``new_gvar`` instead."""
@@ -74,13 +72,12 @@ def _attach_single_plans(mod: tvm.IRModule, func_name: str, ctx: SelectionContex
         func = _retarget_call(func, sites[cand.nodes[0]], new_gvar)
         changed = True
     out = bb.get()
-    if changed:
-        out[out.get_global_var(func_name)] = func
+    updates = {out.get_global_var(func_name): func} if changed else {}
     for name, text in given.items():
         gvar = out.get_global_var(name)
         generator = json.loads(text)["generator"]
-        out[gvar] = out[gvar].with_attr(PLAN_ATTR, text).with_attr(GENERATOR_ATTR, generator)
-    return out
+        updates[gvar] = out[gvar].with_attr(PLAN_ATTR, text).with_attr(GENERATOR_ATTR, generator)
+    return with_functions(out, updates)   # never the caller's module: bb.get() is mod until a function is added
 
 
 def _library_maker(cand: Candidate, ctx: SelectionContext, records: dict) -> Maker:

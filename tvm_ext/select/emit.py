@@ -29,6 +29,7 @@ import tvm
 from tvm import relax
 
 from ..errors import TvmExtError
+from ..ir_update import with_functions
 
 _CALL_TIR = tvm.ir.Op.get("relax.call_tir")
 
@@ -157,8 +158,7 @@ def emit_groups(mod: tvm.IRModule, groups: Sequence[Sequence[int]], *, func_name
     new_body = relax.SeqExpr(new_blocks, func.body.body)
     new_func = relax.Function(list(func.params), new_body, func.ret_ty, func.is_pure, func.attrs)
     out = bb.get()
-    out[out.get_global_var(func_name)] = new_func
-    return out, given
+    return with_functions(out, {out.get_global_var(func_name): new_func}), given
 
 
 def _rewrite_block(bb: relax.BlockBuilder, block, bi: int, owner, names, attrs, makers, given):
