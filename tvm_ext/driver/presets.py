@@ -10,7 +10,7 @@ Example
 >>> get_preset("stitch").generators
 ('stitch', 'dlight')
 >>> [p.name for p in list_presets() if p.implemented]
-['baseline', 'stitch', 'cutlass']
+['baseline', 'stitch', 'cutlass', 'full']
 """
 from __future__ import annotations
 
@@ -84,8 +84,7 @@ _PRESETS: dict[str, Preset] = {}
 
 
 def register_preset(preset: Preset, override: bool = False) -> Preset:
-    """Add a preset to the registry (its ``tvm_ext.<name>`` Relax pipeline is registered by
-    :func:`tvm_ext.driver.pipeline.register_pipelines`)."""
+    """Add a preset to the registry and register its ``tvm_ext.<name>`` Relax pipeline."""
     if preset.name in _PRESETS and not override:
         raise PresetError(f"preset '{preset.name}' is already registered")
     _PRESETS[preset.name] = preset

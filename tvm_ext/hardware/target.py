@@ -148,8 +148,8 @@ def _attr(target: Target, name: str) -> str | None:
 
 
 def resolve_target(target: TargetLike | None) -> Target:
-    """A ``Target`` from a tag (``tvm_ext/*`` tags are registered first), JSON dict, device name or
-    ``Target``; :data:`DEFAULT_TARGET` for None.
+    """A ``Target`` from a tag (``tvm_ext/*`` tags are built from the device files directly), JSON
+    dict, device name or ``Target``; :data:`DEFAULT_TARGET` for None.
 
     Raises
     ------

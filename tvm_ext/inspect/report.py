@@ -1,7 +1,7 @@
 """What a preset did to a model: kernels, fused groups, traffic, fallbacks, modelled speed.
 
 :func:`inspect` compiles a model for a GPU target with a preset (stage by stage, see
-:mod:`tvm_ext.inspect.stages`) and reads everything from the compiled artefacts:
+:mod:`tvm_ext.driver.stages`) and reads everything from the compiled artefacts:
 
 * ``kernels`` — GPU kernel launches per inference: for each PrimFunc, its calls in the
   lowered ``main`` times the device kernels one call launches (TIR after host/device split),

@@ -33,16 +33,14 @@ Example
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from ..hardware import DeviceSpec, occupancy
 from .candidate import CodePath, LaunchShape
 from .cost import CostEstimate
 
-if TYPE_CHECKING:  # pragma: no cover - typing only
-    pass
-
-#: Registers per thread assumed when a kernel's count is unknown (as the stitch planner assumes).
+#: Registers per thread assumed when a kernel's count is unknown (*assumed*: a lightly unrolled
+#: kernel; the stitch planner plans its launches with the same number).
 ASSUMED_REGISTERS = 32
 
 

@@ -7,7 +7,7 @@ Function attributes (on the PrimFunc of a kernel, or the ``Codegen`` function of
 ``"tvm_ext.generator"`` (:data:`GENERATOR_ATTR`)
     The generator that built the kernel: ``"stitch"``, ``"cutlass"``, ``"dlight"``, ...
 ``"tvm_ext.schedule_rule"`` (:data:`RULE_ATTR`)
-    What scheduled it: the generator's verdict (``"stitch+grid_sync"``) or dlight's rule name
+    What scheduled it: the generator's verdict (``"stitched+grid_sync"``) or dlight's rule name
     (``"Matmul"``; ``"none"`` when no rule applies).
 ``"tvm_ext.fallback"`` (:data:`FALLBACK_ATTR`)
     Why the kernel is not what its plan or technique wanted (a refused plan scheduled by dlight,
@@ -16,8 +16,9 @@ Function attributes (on the PrimFunc of a kernel, or the ``Codegen`` function of
 Module attribute:
 
 ``"tvm_ext.library_kernels"`` (:data:`LIBRARY_KERNELS_ATTR`)
-    External symbol -> ``{"generator", "plan", "launches_per_call"}`` for every library call
-    (their functions are gone after code generation).
+    External symbol -> ``{"generator", "plan", "launches_per_call", ...}`` (with the kernel's
+    flops, bytes, measurement key and description) for every library call (their functions are
+    gone after code generation).
 ``"tvm_ext.selection"`` (:data:`SELECTION_ATTR`)
     Per Relax function: how many candidates each generator proposed, what was chosen and what was
     dropped, with reasons (JSON).

@@ -15,7 +15,8 @@ it. Example (a generator that proposes every node alone, scheduled by dlight)::
     class Singletons:
         name, kernel_kind = "singletons", "tir"
         def prepare_passes(self, target): return []
-        def candidates(self, ctx): return [ctx.dlight_candidate((n,)) for n in ctx.call_nodes()]
+        def candidates(self, ctx):
+            return [DlightGenerator().candidate(ctx, (n,), "single", "node alone") for n in ctx.call_nodes()]
         ...
     register_generator(Singletons())
 """
@@ -57,7 +58,7 @@ class ScheduledKernel:
         Global buffers the kernel needs besides its parameters (a kernel cannot allocate global
         memory): they become trailing parameters, allocated by the Relax VM at the call sites.
     rule : str
-        What scheduled it, for reports (``"stitch"``, ``"stitch+grid_sync"``, dlight's ``"Matmul"``).
+        What scheduled it, for reports (``"stitched"``, ``"stitched+grid_sync"``, dlight's ``"Matmul"``).
     """
 
     func: tirx.PrimFunc

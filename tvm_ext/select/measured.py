@@ -3,8 +3,8 @@
 :class:`MeasuredCostModel` prices a kernel, in order of preference:
 
 1. **measured** — the fastest :class:`~tvm_ext.select.database.Record` of the kernel's key on
-   the device whose configuration is the kernel's (the bench runner or the CUTLASS profiler wrote
-   it on a GPU);
+   the device whose configuration is the kernel's (:mod:`tvm_ext.select.runner` or the CUTLASS
+   profiler wrote it on a GPU);
 2. **learned** — with at least ``min_records`` measurements on the device, an xgboost model of
    the analytic model's residual ``log(measured / analytic)`` over the kernel's features (flops,
    bytes, grid, block, registers, shared memory, code path), as MetaSchedule's XGBModel does;

@@ -18,8 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..hardware import DeviceSpec, max_registers_for_blocks, occupancy
-
-ASSUMED_REGISTERS = 32
+from ..select.analytic import ASSUMED_REGISTERS
 
 
 @dataclass(frozen=True)

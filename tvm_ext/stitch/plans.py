@@ -14,7 +14,7 @@ reduction factored), which the schedule builder starts from. Nothing is decided 
 
 Example
 -------
->>> plan = StitchKernelPlan.for_group("stitch", plan_prim_func(func, device), parts=1)
+>>> plan = StitchKernelPlan("stitch", 1, stitch=plan_prim_func(func, device))
 >>> StitchKernelPlan.from_json(plan.to_json()) == plan
 True
 """
