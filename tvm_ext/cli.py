@@ -122,6 +122,7 @@ def _with_progress(steps: Sequence[str], quiet: bool, body: Callable[[Callable[[
 def _cmd_compile(args: argparse.Namespace) -> int:
     from .inspect import inspect
     from .toolchain import compile_cuda_source, export_library, nvcc_available
+    from .toolchain.device_code import BINARY_FORMATS, library_device_code
 
     model = _model_path(args.model)
     out = Path(args.output)
@@ -143,9 +144,11 @@ def _cmd_compile(args: argparse.Namespace) -> int:
         return report, checked
 
     report, checked = _with_progress(steps, args.quiet, body)
+    fmt = library_device_code(out)
+    embedded = ("no CUDA module" if fmt is None else "CUDA source embedded (compiled by the GPU machine when it "
+                "loads the file)" if fmt not in BINARY_FORMATS else f"compiled CUDA device code embedded ({fmt})")
     print(f"wrote {out}: preset {report.preset}, target {report.target}, {report.kernels} kernel launches "
-          f"({report.distinct_kernels} distinct kernels), compiled in {report.compile_seconds:.2f} s; "
-          "CUDA source embedded (compiled by the GPU machine when it loads the file)")
+          f"({report.distinct_kernels} distinct kernels), compiled in {report.compile_seconds:.2f} s; {embedded}")
     if checked is not None:
         print(f"nvcc kernel check: ok, {report.distinct_kernels} kernels compiled for {checked.arch} "
               f"in {checked.seconds:.2f} s")
