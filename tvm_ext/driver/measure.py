@@ -38,7 +38,10 @@ class MeasureResult:
     added: int = 0
 
     def rows(self) -> list[list[str]]:
-        """Per kernel: name, generator, analytic (modelled) and measured time, or why not measured."""
+        """Per kernel: name, generator, analytic (modelled) and measured time, or why not measured.
+
+        The analytic time is priced with a stream launch, as the runner launches each kernel (a
+        preset that replays CUDA graphs selects with the graph launch cost instead)."""
         model, spec = AnalyticCostModel(), load_device(self.device)
         rows = []
         for out in self.outcomes:
