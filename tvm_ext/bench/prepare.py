@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -29,6 +28,7 @@ import tvm
 from tvm import relax
 
 from ..errors import BenchError
+from ..frontend.names import sanitize_value_names
 from ..models.skeleton import METADATA_KEY, is_skeleton, make_skeleton
 from .inputs import InputSpec, spec_for
 from .numerics import sample_for
@@ -78,7 +78,7 @@ def _recipe(skeleton: onnx.ModelProto) -> dict[str, dict]:
 def weights_as_inputs(skeleton: onnx.ModelProto, param_dtype: str) -> tuple[onnx.ModelProto, list[WeightTensor]]:
     """A copy of ``skeleton`` whose dropped initializers are graph inputs (after the real ones).
 
-    Value names are made C identifiers first (:func:`sanitize_value_names`); each
+    Value names are made C identifiers first (:func:`tvm_ext.frontend.sanitize_value_names`); each
     :class:`WeightTensor` keeps its recipe name (the seed of its values) and its input name.
     """
     recipe = _recipe(skeleton)
@@ -102,43 +102,6 @@ def weights_as_inputs(skeleton: onnx.ModelProto, param_dtype: str) -> tuple[onnx
     del graph.initializer[:]
     graph.initializer.extend(kept)
     return model, weights
-
-
-_IDENT = re.compile(r"[A-Za-z_]\w*")
-
-
-def sanitize_value_names(model: onnx.ModelProto) -> dict[str, str]:
-    """Rename intermediate values and initializers to C identifiers, in place; returns the renames.
-
-    A value that depends on weights alone (``/embeddings/Gather_output_0``, or a weight itself)
-    becomes a parameter of ``main`` and, through a fused kernel, the name of a CUDA kernel
-    argument, which must be an identifier (TVM does not rename it). Graph inputs and outputs
-    keep their names; graphs with subgraphs (If/Loop) are left alone.
-    """
-    graph = model.graph
-    if any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for n in graph.node for a in n.attribute):
-        return {}
-    fixed = {v.name for v in list(graph.input) + list(graph.output)}
-    taken = fixed | {t.name for t in graph.initializer} | {o for n in graph.node for o in n.output}
-    renames: dict[str, str] = {}
-    for name in [t.name for t in graph.initializer] + [o for n in graph.node for o in n.output]:
-        if not name or name in fixed or name in renames or _IDENT.fullmatch(name):
-            continue
-        base = re.sub(r"\W", "_", name).strip("_") or "v"
-        base = base if re.match(r"[A-Za-z_]", base) else f"v_{base}"
-        new, k = base, 1
-        while new in taken:
-            new, k = f"{base}_{k}", k + 1
-        taken.add(new)
-        renames[name] = new
-    for t in graph.initializer:
-        t.name = renames.get(t.name, t.name)
-    for node in graph.node:
-        node.input[:] = [renames.get(x, x) for x in node.input]
-        node.output[:] = [renames.get(x, x) for x in node.output]
-    for info in graph.value_info:
-        info.name = renames.get(info.name, info.name)
-    return renames
 
 
 def _static(ty: relax.TensorType, what: str) -> tuple[tuple[int, ...], str]:

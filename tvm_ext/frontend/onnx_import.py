@@ -8,8 +8,10 @@ TVM's Relax ONNX importer (weights become constants) and finishes the module wit
 The result is target independent: ``main`` holds high-level Relax ops (``relax.matmul``,
 ``relax.nn.softmax`` ...) in a dataflow block, nothing legalized to ``call_tir`` yet
 (except the few ops the importer itself emits through ``emit_te``, such as Pad).
-Parameters of ``main`` follow the order of the ONNX graph inputs (initializers excluded);
-names are sanitized by the importer (``input.1`` becomes ``input_1``).
+Parameters of ``main`` follow the order of the ONNX graph inputs (initializers excluded).
+Every value name is made a C identifier before conversion (``input.1`` becomes ``input_1``,
+``/layer0/MatMul:0`` becomes ``layer0_MatMul_0``; :mod:`tvm_ext.frontend.names`), and ``main``
+records the ONNX name of each parameter (:func:`~tvm_ext.frontend.names.onnx_input_names`).
 """
 from __future__ import annotations
 
@@ -25,6 +27,7 @@ from google.protobuf.message import DecodeError
 from ..errors import TVM_ERRORS, ModelConversionError, ModelLoadError, TvmExtError, UnsupportedOpsError
 from ..models.skeleton import fill_skeleton, is_skeleton
 from .canonicalize import finalize_module
+from .names import ONNX_NAMES_ATTR, identifier_renames, rename_values
 from .shapes import bind_input_shapes, user_inputs
 
 logger = logging.getLogger(__name__)
@@ -225,7 +228,8 @@ def from_onnx(
     Returns
     -------
     tvm.IRModule
-        ``main`` takes the graph inputs (initializers excluded) in graph order.
+        ``main`` takes the graph inputs (initializers excluded) in graph order, named by C
+        identifiers; its attribute ``"tvm_ext.onnx_names"`` maps them to the ONNX names.
 
     Raises
     ------
@@ -239,6 +243,15 @@ def from_onnx(
         raise UnsupportedOpsError(missing)
     static_shapes = bind_input_shapes(proto.graph, shapes)
     logger.debug("importing '%s' with input shapes %s", proto.graph.name, static_shapes)
+    onnx_names = [i.name for i in user_inputs(proto.graph)]
+    renames = identifier_renames(proto)
+    if renames:
+        if proto is model:  # the caller's proto: rename a copy
+            proto = _copy(proto)
+        rename_values(proto, renames)
+        logger.info("renamed %d ONNX value(s) to C identifiers, e.g. %s", len(renames),
+                    ", ".join(f"'{old}' -> '{new}'" for old, new in list(renames.items())[:3]))
+    static_shapes = {renames.get(name, name): dims for name, dims in static_shapes.items()}
 
     dtype_dict = {}
     for inp in user_inputs(proto.graph):
@@ -262,7 +275,16 @@ def from_onnx(
             f"the Relax ONNX importer failed on graph '{proto.graph.name}': "
             f"{type(err).__name__}: {first_line}"
         ) from err
-    return finalize_module(mod, fp16=fp16, canonicalize=canonicalize)
+    mod = finalize_module(mod, fp16=fp16, canonicalize=canonicalize)
+    main = mod["main"]
+    mod["main"] = main.with_attr(ONNX_NAMES_ATTR, {p.name: name for p, name in zip(main.params, onnx_names)})
+    return mod
+
+
+def _copy(proto: onnx.ModelProto) -> onnx.ModelProto:
+    copy = onnx.ModelProto()
+    copy.CopyFrom(proto)
+    return copy
 
 
 def _check_dtype(dtype: str) -> None:

@@ -44,14 +44,19 @@ class CpuVM(relax.VirtualMachine):
         Names of ``main``'s parameters, in order.
     param_types : tuple of (shape or None, dtype)
         Static shape (``None`` when not fully static) and dtype of each parameter.
+    onnx_names : dict of str to str
+        Parameter name -> ONNX input name (:func:`tvm_ext.frontend.onnx_input_names`).
     preset : str
         The preset the module was built with.
     """
 
     def __init__(self, executable: tvm.runtime.Executable, mod: tvm.IRModule, preset: str):
+        from ..frontend import onnx_input_names
+
         super().__init__(executable, tvm.cpu())
         main = mod["main"]
         self.param_names = tuple(p.name for p in main.params)
+        self.onnx_names = onnx_input_names(mod)
         self.param_types = tuple(_param_type(p) for p in main.params)
         self.preset = preset
 
@@ -88,11 +93,13 @@ def _arrange_inputs(vm: relax.VirtualMachine, inputs: Mapping[str, Any]) -> list
         return [np.asarray(v) for v in inputs.values()]
     if set(inputs) == set(names):
         ordered = [np.asarray(inputs[n]) for n in names]
-    elif len(inputs) == len(names):
-        ordered = [np.asarray(v) for v in inputs.values()]  # positional (e.g. unsanitized ONNX names)
+    elif set(inputs) == {vm.onnx_names[n] for n in names}:  # keyed by the ONNX names
+        ordered = [np.asarray(inputs[vm.onnx_names[n]]) for n in names]
     else:
-        raise TvmExtError(f"main takes {len(names)} inputs ({', '.join(names)}), got {len(inputs)} "
-                          f"({', '.join(map(str, inputs))})")
+        onnx_names = [vm.onnx_names[n] for n in names]
+        also = f" or by ONNX name ({', '.join(onnx_names)})" if onnx_names != list(names) else ""
+        raise TvmExtError(f"main takes {len(names)} inputs by parameter name ({', '.join(names)}){also}, "
+                          f"got {len(inputs)} ({', '.join(map(str, inputs))})")
     for name, value, (shape, dtype) in zip(names, ordered, vm.param_types):
         if shape is not None and tuple(value.shape) != shape:
             raise TvmExtError(f"input '{name}' has shape {tuple(value.shape)}, main expects {shape}")
@@ -122,8 +129,8 @@ def run_cpu(vm_or_mod: relax.VirtualMachine | tvm.IRModule, inputs: Mapping[str,
     vm_or_mod : relax.VirtualMachine or tvm.IRModule
         A VM (from :func:`build_cpu` for name checks) or a module, built with ``preset``.
     inputs : mapping of str to array
-        By parameter name; when the names differ (an ONNX name the importer sanitized)
-        but the count matches, in the mapping's order.
+        By parameter name or, for a module from :func:`tvm_ext.frontend.from_onnx`, by ONNX
+        input name (names the frontend made C identifiers included).
     num_outputs : int, optional
         Number of graph outputs. With ``1``, a tuple result is one (sequence) output;
         otherwise a tuple result is the list of outputs.
@@ -224,14 +231,20 @@ def _with_ir_version(model: onnx.ModelProto, ir_version: int) -> onnx.ModelProto
     return copy
 
 
-def _reference_feeds(model: onnx.ModelProto, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Our inputs keyed by ONNX name and cast to the declared ONNX types (fp16 -> fp32)."""
-    infos = onnx_user_inputs(model)
-    if len(infos) != len(inputs):
-        raise TvmExtError(f"the imported module takes {len(inputs)} inputs but the ONNX graph has "
-                          f"{len(infos)} ({', '.join(i.name for i in infos)})")
+def _reference_feeds(model: onnx.ModelProto, mod: tvm.IRModule,
+                     inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Our inputs (by parameter name of ``mod``) keyed by ONNX name and cast to the declared
+    ONNX types (fp16 -> fp32)."""
+    from ..frontend import onnx_input_names
+
+    infos = {i.name: i for i in onnx_user_inputs(model)}
+    onnx_names = onnx_input_names(mod)
+    if sorted(onnx_names.values()) != sorted(infos):
+        raise TvmExtError(f"the imported module takes inputs {', '.join(onnx_names.values())} but the ONNX "
+                          f"graph has {', '.join(infos)}")
     feeds = {}
-    for info, value in zip(infos, inputs.values()):
+    for param, value in inputs.items():
+        info = infos[onnx_names[param]]
         elem = info.type.tensor_type.elem_type
         dtype = onnx.helper.tensor_dtype_to_np_dtype(elem) if elem else value.dtype
         feeds[info.name] = np.asarray(value).astype(dtype)
@@ -274,7 +287,7 @@ def check_model(model: str | onnx.ModelProto, preset: str = DEFAULT_PRESET, *,
     proto = load_onnx(model)
     mod = from_onnx(proto, shapes=shapes, fp16=fp16)
     inputs = random_inputs(mod, seed=seed)
-    reference = onnxruntime_outputs(proto, _reference_feeds(proto, inputs))
+    reference = onnxruntime_outputs(proto, _reference_feeds(proto, mod, inputs))
     ours = run_cpu(build_cpu(mod, preset), inputs, num_outputs=len(proto.graph.output))
     names = [o.name for o in proto.graph.output]
     errors = compare_outputs(ours, reference, rtol=rtol, atol=atol, names=names)
