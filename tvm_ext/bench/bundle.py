@@ -140,6 +140,9 @@ def copy_corpus(out: Path) -> bool:
 def pack_runtime(out: Path, python: str = "3.12") -> dict:
     """Run ``scripts/pack_runtime.sh out/runtime --python <python>``; returns its ``runtime.json``.
 
+    The script packs the TVM of the running interpreter (``$PYTHON`` is ``sys.executable``), so a
+    console script called by its full path, outside its activated venv, packs its own TVM.
+
     Raises
     ------
     BenchError
@@ -151,7 +154,8 @@ def pack_runtime(out: Path, python: str = "3.12") -> dict:
     from ..toolchain.cuda import find_cuda_root, toolkit_env  # noqa: PLC0415
 
     root = find_cuda_root()  # where the script takes libcudart from
-    env = toolkit_env(os.environ, root) if root is not None else None
+    env = toolkit_env(os.environ, root) if root is not None else dict(os.environ)
+    env["PYTHON"] = sys.executable  # the interpreter whose tvm is packed, not the first python3 on PATH
     proc = subprocess.run(["sh", str(script), str(out / "runtime"), "--python", python], capture_output=True,
                           text=True, check=False, env=env)
     if proc.returncode != 0:
