@@ -6,11 +6,16 @@ Importing the package registers the ``tvm_ext/<device>`` target tags and the
     import tvm, tvm_ext
     ex = tvm.compile(mod, target="tvm_ext/h100", relax_pipeline="tvm_ext")
     ex = tvm_ext.compile("model.onnx", target="tvm_ext/h100", preset="baseline")
+
+The public subpackages (:data:`SUBMODULES`: ``tvm_ext.frontend``, ``tvm_ext.inspect`` ...) are
+attributes of the package, imported on first access.
 """
 from __future__ import annotations
 
+import importlib
 import logging
 import os
+from types import ModuleType
 
 # Defined before anything imports tvm: `import tvm_ext` imports tvm, whose backend autoload
 # calls back into this (still initializing) module. Registration then happens below.
@@ -28,7 +33,7 @@ def _autoload() -> None:
 
 
 from . import errors
-from .errors import TvmExtError
+from .errors import RuntimeOnlyError, TvmExtError
 
 __version__ = "0.1.0"
 _LOG = logging.getLogger(__name__)
@@ -71,8 +76,31 @@ def _register() -> None:
 _register()
 _INITIALIZING = False
 
+#: Public subpackages, imported on first attribute access (``tvm_ext.frontend``) so that
+#: ``import tvm_ext`` stays as fast as the registration needs.
+SUBMODULES = ("analysis", "bench", "cutlass", "dlight", "driver", "frontend", "graph", "hardware", "inspect",
+              "models", "select", "stitch", "testing", "tir", "toolchain", "transform")
+#: The subpackages a runtime-only TVM (:data:`RUNTIME_ONLY`) can import.
+RUNTIME_SUBMODULES = ("bench",)
+
+
+def __getattr__(name: str) -> ModuleType:
+    """Import the public subpackage ``name`` on first access (``tvm_ext.frontend.from_onnx``)."""
+    if name not in SUBMODULES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    if RUNTIME_ONLY and name not in RUNTIME_SUBMODULES:
+        raise RuntimeOnlyError(f"tvm_ext.{name} needs TVM's compiler library, which TVM_USE_RUNTIME_LIB=1 leaves "
+                               f"out; only {', '.join('tvm_ext.' + m for m in RUNTIME_SUBMODULES)} works without it")
+    return importlib.import_module(f".{name}", __name__)
+
+
+def __dir__() -> list[str]:
+    """The package's names, the not yet imported subpackages included."""
+    return sorted(set(globals()) | set(SUBMODULES))
+
+
 __all__ = [
     "errors", "TvmExtError", "DEFAULT_TARGET", "DeviceSpec", "device_from_target", "list_devices", "load_device",
     "DEFAULT_PRESET", "Preset", "compile", "get_preset", "graph_passes", "list_presets",
-    "preset_passes", "preset_pipeline", "use_preset", "export_library", "__version__",
+    "preset_passes", "preset_pipeline", "use_preset", "export_library", "__version__", *SUBMODULES,
 ]

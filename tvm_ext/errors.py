@@ -30,6 +30,13 @@ class TvmExtError(Exception):
     """Base class of every user-facing tvm_ext error."""
 
 
+class RuntimeOnlyError(TvmExtError, AttributeError):
+    """A part of tvm_ext that needs TVM's compiler was asked for under a runtime-only TVM.
+
+    Also an ``AttributeError``: it is raised where ``tvm_ext.<subpackage>`` is looked up.
+    """
+
+
 class ModelLoadError(TvmExtError):
     """The model file is missing, truncated, or not an ONNX model."""
 
