@@ -142,3 +142,124 @@ def test_components_split_independent_parts():
 def test_no_cover_is_a_clear_error():
     with pytest.raises(SelectionError, match="no exact acyclic cover"):
         solve_cover([{0, 1}, {1, 2}], [1.0, 1.0])
+
+
+# --- recomputation: a set may recompute a node (compute it for itself, write it for nobody) -----
+
+def _written(dag, members: frozenset[int], rec: frozenset[int], sinks: set[int]) -> set[int]:
+    return {m for m in members - rec if m in sinks or any(c not in members for c in dag[m])}
+
+
+def _valid_program(dag, chosen: list[tuple[frozenset[int], frozenset[int]]], sinks: set[int]) -> bool:
+    """Every value a kernel reads from outside is written by a chosen kernel, every sink is
+    written, and the kernels have a launch order (a reader after every writer of what it reads)."""
+    writes = [_written(dag, s, r, sinks) for s, r in chosen]
+    written = set().union(*writes) if writes else set()
+    if not sinks <= written:
+        return False
+    producers = _producers(dag)
+    deps: dict[int, set[int]] = {}
+    for k, (s, _) in enumerate(chosen):
+        for m in s:
+            for p in producers[m] - s:
+                if p not in written:
+                    return False
+                deps.setdefault(k, set()).update(w for w, ws in enumerate(writes) if p in ws and w != k)
+    done: set[int] = set()
+    while len(done) < len(chosen):
+        ready = [k for k in range(len(chosen)) if k not in done and not (deps.get(k, set()) - done)]
+        if not ready:
+            return False
+        done.update(ready)
+    return True
+
+
+def _brute_force_recompute(dag, sets, recs, prices, n: int, sinks: set[int]) -> float:
+    """Every choice of sets in which each node is computed for others by at most one set (exactly
+    one outside the recomputed nodes); the cheapest valid program."""
+    best = math.inf
+    shared = set().union(*recs)
+    for k in range(1, len(sets) + 1):
+        for picked in itertools.combinations(range(len(sets)), k):
+            cost = sum(prices[j] for j in picked)
+            if cost >= best:
+                continue
+            normal = [n_ for j in picked for n_ in sets[j] - recs[j]]
+            if any(normal.count(i) != 1 for i in range(n) if i not in shared):
+                continue
+            if any(normal.count(i) > 1 for i in shared):
+                continue
+            if _valid_program(dag, [(sets[j], recs[j]) for j in picked], sinks):
+                best = cost
+    return best
+
+
+def _recompute_case(seed: int):
+    """A DAG of 4-7 nodes; sets as in the exact cases, plus sets that also recompute an input
+    with several consumers (priced a little above the set alone: they write nothing more)."""
+    rng = random.Random(1000 + seed)
+    n = rng.randint(4, 7)
+    dag = {i: {j for j in range(i + 1, n) if rng.random() < 0.4} for i in range(n)}
+    producers = _producers(dag)
+    base = [s for s in _candidates(rng, dag, n) if len(s) <= 3]
+    price = {(s, frozenset()): len(s) * 1.0 - rng.uniform(0.0, 0.9) * (len(s) - 1) + rng.uniform(0.0, 0.2)
+             for s in base}
+    for s in base:
+        for r in sorted(i for i in range(n) if len(dag[i]) >= 2):
+            grown = s | {r}
+            if r not in s and any(r in producers[m] for m in s) and _convex(dag, set(grown)):
+                price.setdefault((frozenset(grown), frozenset([r])), price[(s, frozenset())] + rng.uniform(0.05, 0.6))
+    keys = sorted(price, key=lambda k: (sorted(k[0]), sorted(k[1])))[:14]
+    keys = sorted(set(keys) | {(frozenset([i]), frozenset()) for i in range(n)},
+                  key=lambda k: (sorted(k[0]), sorted(k[1])))
+    sinks = {i for i in range(n) if not dag[i]}
+    return n, dag, [k[0] for k in keys], [k[1] for k in keys], [price[k] for k in keys], sinks
+
+
+@pytest.mark.parametrize("seed", range(100))
+def test_blp_with_recomputation_equals_brute_force(seed):
+    n, dag, sets, recs, prices, sinks = _recompute_case(seed)
+    cover = solve_cover(sets, prices, producers=_producers(dag), recomputes=recs, sinks=sinks)
+    chosen = [(sets[j], recs[j]) for j in cover.chosen]
+    assert set().union(*(s for s, _ in chosen)) == set(range(n))
+    assert _valid_program(dag, chosen, sinks)
+    expected = _brute_force_recompute(dag, sets, recs, prices, n, sinks)
+    assert sum(prices[j] for j in cover.chosen) == pytest.approx(expected, abs=1e-9)
+
+
+def test_recomputation_cases_do_recompute():
+    """The oracle cases exercise recomputation: some optimal covers recompute a node."""
+    recomputed = 0
+    for seed in range(100):
+        _, dag, sets, recs, prices, sinks = _recompute_case(seed)
+        recomputed += solve_cover(sets, prices, producers=_producers(dag), recomputes=recs,
+                                  sinks=sinks).recomputed > 0
+    assert recomputed >= 10, recomputed
+
+
+def test_recomputed_broadcast_saves_its_kernel():
+    """A mask (node 0) read by two softmax-like kernels {1, 2} and {3, 4}: recomputing it inside
+    both is cheaper than a kernel of its own, and then nothing writes it."""
+    dag = {0: {1, 3}, 1: {2}, 2: set(), 3: {4}, 4: set()}
+    # the mask alone; the two readers; each reader recomputing it; a reader writing it for the other
+    sets = [{0}, {1, 2}, {3, 4}, {0, 1, 2}, {0, 3, 4}, {0, 3, 4}]
+    recs = [set(), set(), set(), {0}, {0}, set()]
+    prices = [1.0, 2.0, 2.0, 2.05, 2.05, 2.3]
+    plain = [0, 1, 2, 5]
+    exact = solve_cover([sets[j] for j in plain], [prices[j] for j in plain], producers=_producers(dag))
+    assert [plain[j] for j in exact.chosen] == [1, 5] and exact.recomputed == 0       # 4.3
+    cover = solve_cover(sets, prices, producers=_producers(dag), recomputes=recs, sinks={2, 4})
+    assert cover.chosen == [3, 4] and cover.recomputed == 1                            # 4.1
+    # a reader outside both kernels needs a writer of the mask
+    dag[0].add(5)
+    dag[5] = set()
+    cover = solve_cover([*sets, {5}], [*prices, 1.0], producers=_producers(dag), recomputes=[*recs, set()],
+                        sinks={2, 4, 5})
+    assert cover.chosen in ([0, 3, 4, 6], [1, 5, 6])
+
+
+def test_recomputation_needs_the_graph_and_members():
+    with pytest.raises(SelectionError, match="producers"):
+        solve_cover([{0, 1}, {1}], [1.0, 1.0], recomputes=[{0}, set()])
+    with pytest.raises(SelectionError, match="subset"):
+        solve_cover([{0}, {1}], [1.0, 1.0], recomputes=[{1}, set()])

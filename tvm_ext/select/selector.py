@@ -34,7 +34,8 @@ class Selection:
     Attributes
     ----------
     chosen : list of Candidate
-        Kernels to emit; their node sets are disjoint.
+        Kernels to emit; their node sets are disjoint except for the nodes a candidate
+        recomputes (``Candidate.recomputes``: it computes them for itself).
     uncovered : list of int
         Call nodes no chosen candidate covers.
     objective_s : float or None
