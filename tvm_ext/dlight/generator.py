@@ -92,19 +92,28 @@ class DlightGenerator:
             out.append(self.candidate(ctx, (n,), "single", "node alone"))
         return out
 
-    def candidate(self, ctx: SelectionContext, nodes, group: str, provenance: str) -> Candidate:
-        """The dlight candidate over ``nodes`` (scheduled once per signature)."""
+    def candidate(self, ctx: SelectionContext, nodes, group: str, provenance: str,
+                  recomputes: tuple[int, ...] = ()) -> Candidate:
+        """The dlight candidate over ``nodes`` (scheduled once per signature), recomputing
+        ``recomputes``."""
         members = ctx.ordered(nodes)
-        key = ("dlight", ctx.signature(members))
+        key = ("dlight", ctx.signature(members, recomputes))
 
-        def plan() -> tuple[DlightPlan, Any, CodePath]:
-            outcome = apply_rules(ctx.fused_function(members), ctx.target)
+        def plan() -> tuple[str, Any, CodePath]:
+            outcome = apply_rules(ctx.fused_function(members, recomputes), ctx.target)
             path = CodePath.MMA_SYNC if uses_tensor_cores(outcome.func) else CodePath.SIMT
-            return DlightPlan(outcome.rule, group), launch_shape(outcome.func), path
+            return outcome.rule, launch_shape(outcome.func), path
 
-        plan_, launch, path = ctx.memo(key, plan)
+        rule, launch, path = ctx.memo(key, plan)
+        plan_ = DlightPlan(rule, group)
         return Candidate.of(ctx.graph, members, plan_, launch=launch, code_path=path, provenance=provenance,
-                            key=ctx.kernel_key(members, plan_))
+                            key=ctx.kernel_key(members, plan_, recomputes), recomputes=recomputes)
+
+    def extend(self, ctx: SelectionContext, cand: Candidate, recompute: tuple[int, ...]) -> Candidate | None:
+        """``cand``'s kernel also recomputing the nodes ``recompute`` (see :mod:`tvm_ext.select.recompute`)."""
+        names = ", ".join(ctx.graph.nodes[n].func_name for n in recompute)
+        return self.candidate(ctx, cand.nodes + recompute, cand.plan.group, f"{cand.provenance}; recomputes {names}",
+                              tuple(sorted({*cand.recomputes, *recompute})))
 
     def schedule(self, func: tirx.PrimFunc, plan: DlightPlan, device: DeviceSpec) -> ScheduledKernel:
         """Apply the plan's rule (the next rule in dlight's order if it raises, reported)."""

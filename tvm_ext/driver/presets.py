@@ -56,6 +56,9 @@ class Preset:
     cuda_graph : bool
         Capture the static parts of ``main`` in CUDA graphs (TVM's ``RewriteCUDAGraph``) and
         price launches as graph replays.
+    recompute : bool
+        Offer candidates that recompute cheap shared nodes (Korch; :mod:`tvm_ext.select.recompute`);
+        needs the ``"blp"`` selector.
     """
 
     name: str
@@ -67,8 +70,12 @@ class Preset:
     techniques: tuple[str, ...] = ()
     implemented: bool = True
     cuda_graph: bool = False
+    recompute: bool = False
 
     def __post_init__(self) -> None:
+        if self.recompute and self.selector != "blp":
+            raise PresetError(f"preset '{self.name}': recompute needs the 'blp' selector (a priority selector "
+                              "takes disjoint kernels only)")
         if self.selector not in SELECTORS:
             raise PresetError(f"preset '{self.name}': selector must be one of {SELECTORS}, got {self.selector!r}")
         if self.rest not in REST_POLICIES:
@@ -143,7 +150,8 @@ def register_builtin_presets() -> None:
                            generators=("cutlass",), rest="fuseops", techniques=("cutlass",)))
     register_preset(Preset("full", "every technique's candidates, one BLP selection by the cost model, CUDA graphs",
                            generators=("cutlass", "stitch", "dlight", "fuseops"), selector="blp",
-                           tir_pipeline="tvm_ext", techniques=("cutlass", "stitch", "orchestrate"), cuda_graph=True))
+                           tir_pipeline="tvm_ext", techniques=("cutlass", "stitch", "orchestrate"), cuda_graph=True,
+                           recompute=True))
     for name, desc, tech in [
         ("tilegraph", "Welder: tile-graph fusion across memory levels", ("tilegraph",)),
         ("orchestrate", "Korch: operator fission + optimal kernel selection (BLP)", ("fission", "orchestrate")),

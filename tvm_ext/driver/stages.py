@@ -141,7 +141,8 @@ def preset_passes(preset: str | Preset, target: tvm.target.Target,
         prepare = [ps for g in gens for ps in g.prepare_passes(plan_target)]
         codegen = [ps for g in gens if g.kernel_kind == "library" for ps in g.codegen_passes(plan_target)]
         select = SelectKernels(names, _selector(p), device, plan_target,
-                               cost_model(p) if p.selector == "blp" else None, excluded=excluded)
+                               cost_model(p) if p.selector == "blp" else None, excluded=excluded,
+                               recompute=p.recompute)
         rest = fuse_ops if p.rest == "fuseops" else []
         fuse = prepare + dispatch + [RecordOrigin()] + legal + [select] + codegen + rest
         fuse_tir = [FuseTIRKeepPlans()]

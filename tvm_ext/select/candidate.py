@@ -104,6 +104,10 @@ class Candidate:
     record_dtype : str
         The dtype part of its database key when it differs from ``dtype`` (CUTLASS keys name input
         and output dtypes, ``"float16->float32"``).
+    recomputes : tuple of int
+        Members it *recomputes*: it computes them for itself and writes them for nobody, even
+        where nodes outside read them (another kernel computes them for those); see
+        :mod:`tvm_ext.select.recompute`.
     """
 
     nodes: tuple[int, ...]
@@ -120,6 +124,7 @@ class Candidate:
     unique_bytes: int = 0
     record_dtype: str = ""
     dram_bytes: int = 0
+    recomputes: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         if self.unique_bytes <= 0:
@@ -138,29 +143,40 @@ class Candidate:
     @classmethod
     def of(cls, graph: OpGraph, nodes: Iterable[int], plan: Plan, *, launch: LaunchShape,
            global_bytes: int | None = None, unique_bytes: int = 0, code_path: CodePath = CodePath.SIMT,
-           provenance: str = "", key: str = "", record_dtype: str = "", dram_bytes: int = 0) -> "Candidate":
+           provenance: str = "", key: str = "", record_dtype: str = "", dram_bytes: int = 0,
+           recomputes: Iterable[int] = ()) -> "Candidate":
         """A candidate over ``nodes`` of ``graph``: boundary tensors, flops and dtype read from the graph.
 
         ``global_bytes`` defaults to the boundary tensors read and written once each.
         """
         order = {n: k for k, n in enumerate(graph.topological_order())}
         members = tuple(sorted(set(nodes), key=order.__getitem__))
-        inputs, outputs = graph.boundary(members)
-        moved = boundary_bytes(graph, members)
+        recomputed = tuple(n for n in members if n in set(recomputes))
+        inputs, outputs = boundary(graph, members, recomputed)
+        moved = boundary_bytes(graph, members, recomputed)
         return cls(nodes=members, plan=plan, inputs=tuple(inputs), outputs=tuple(outputs),
                    flops=int(sum(graph.nodes[n].flops for n in members)),
                    global_bytes=int(moved if global_bytes is None else global_bytes), launch=launch,
                    code_path=code_path, dtype=dominant_dtype(graph, members), provenance=provenance, key=key,
-                   unique_bytes=int(unique_bytes), record_dtype=record_dtype, dram_bytes=int(dram_bytes))
+                   unique_bytes=int(unique_bytes), record_dtype=record_dtype, dram_bytes=int(dram_bytes),
+                   recomputes=recomputed)
 
     def describe(self) -> str:
         """One line: generator, node count and the plan summary."""
         return f"{self.generator} [{len(self.nodes)} nodes] {self.plan.summary()}"
 
 
-def boundary_bytes(graph: OpGraph, members: Iterable[int]) -> int:
-    """Bytes of the tensors a node set reads from and writes to global memory, once each."""
+def boundary(graph: OpGraph, members: Iterable[int], recomputes: Iterable[int] = ()) -> tuple[list[str], list[str]]:
+    """Tensors a node set reads from and writes to global memory; the outputs of the nodes it
+    ``recomputes`` are not written."""
     inputs, outputs = graph.boundary(members)
+    kept = {t for n in recomputes for t in graph.nodes[n].outputs}
+    return inputs, [t for t in outputs if t not in kept]
+
+
+def boundary_bytes(graph: OpGraph, members: Iterable[int], recomputes: Iterable[int] = ()) -> int:
+    """Bytes of the tensors a node set reads from and writes to global memory, once each."""
+    inputs, outputs = boundary(graph, members, recomputes)
     return int(sum(graph.tensors[t].nbytes for t in inputs + outputs))
 
 
@@ -175,4 +191,4 @@ def dominant_dtype(graph: OpGraph, members: Iterable[int]) -> str:
     return max(weight, key=weight.__getitem__) if weight else "float32"
 
 
-__all__ = ["Candidate", "CodePath", "LaunchShape", "boundary_bytes", "dominant_dtype"]
+__all__ = ["Candidate", "CodePath", "LaunchShape", "boundary", "boundary_bytes", "dominant_dtype"]

@@ -104,14 +104,15 @@ class SelectionContext:
         """A PrimFunc of the module by name."""
         return self.mod[func_name]
 
-    def signature(self, nodes: Iterable[int]) -> tuple:
+    def signature(self, nodes: Iterable[int], recomputes: Iterable[int] = ()) -> tuple:
         """A hashable key equal for node sets that fuse into the same PrimFunc.
 
         Per member (topological order): its PrimFunc's structural hash, where each input comes
         from (a member's output, or an outside tensor of some shape and dtype) and whether each
-        output leaves the set.
+        output leaves the set (never for the members it ``recomputes``).
         """
         members = self.ordered(nodes)
+        recomputed = set(recomputes)
         position = {n: k for k, n in enumerate(members)}
         parts = []
         for n in members:
@@ -123,20 +124,23 @@ class SelectionContext:
                     sources.append(("m", position[info.producer], self.graph.nodes[info.producer].outputs.index(t)))
                 else:
                     sources.append(("x", info.shape, info.dtype, info.kind.value))
-            escapes = tuple(any(c not in position for c in self.graph.tensors[t].consumers)
-                            or self.graph.tensors[t].kind.value == "output" for t in node.outputs)
+            escapes = tuple(n not in recomputed and (any(c not in position for c in self.graph.tensors[t].consumers)
+                                                     or self.graph.tensors[t].kind.value == "output")
+                            for t in node.outputs)
             parts.append((self._hash(node.func_name) if node.func is not None else node.func_name,
                           tuple(sources), escapes))
         return tuple(parts)
 
-    def kernel_key(self, nodes: Iterable[int], plan) -> str:
+    def kernel_key(self, nodes: Iterable[int], plan, recomputes: Iterable[int] = ()) -> str:
         """The measurement-database key of a TIR kernel (:func:`kernel_key`)."""
         members = self.ordered(nodes)
-        return self.memo(("kernel_key", self.signature(members), plan_to_text(plan)),
-                         lambda: kernel_key(self.fused_function(members), plan))
+        recomputes = tuple(recomputes)
+        return self.memo(("kernel_key", self.signature(members, recomputes), plan_to_text(plan)),
+                         lambda: kernel_key(self.fused_function(members, recomputes), plan))
 
-    def fused_function(self, nodes: Iterable[int]) -> tirx.PrimFunc:
-        """The PrimFunc ``FuseTIR`` makes of ``nodes`` (a node's own PrimFunc when alone).
+    def fused_function(self, nodes: Iterable[int], recomputes: Iterable[int] = ()) -> tirx.PrimFunc:
+        """The PrimFunc ``FuseTIR`` makes of ``nodes`` (a node's own PrimFunc when alone); the
+        values of the members it ``recomputes`` stay inside it.
 
         Raises
         ------
@@ -144,11 +148,13 @@ class SelectionContext:
             The set is not convex, spans binding blocks, or holds a node without a PrimFunc.
         """
         members = self.ordered(nodes)
+        recomputes = tuple(recomputes)
         if any(self.graph.nodes[n].func is None for n in members):
             raise EmitError("a node without a PrimFunc (an external call) cannot be fused")
         if len(members) == 1:
             return self.graph.nodes[members[0]].func
-        return self.memo(("fused", self.signature(members)), lambda: fuse_nodes(self.mod, self.func_name, members))
+        return self.memo(("fused", self.signature(members, recomputes)),
+                         lambda: fuse_nodes(self.mod, self.func_name, members, recomputes))
 
 
 def kernel_key(func: tirx.PrimFunc, plan) -> str:
@@ -162,19 +168,21 @@ def kernel_key(func: tirx.PrimFunc, plan) -> str:
     return hashlib.sha1(text.encode()).hexdigest()[:24]
 
 
-def fuse_nodes(mod: tvm.IRModule, func_name: str, nodes: Sequence[int]) -> tirx.PrimFunc:
+def fuse_nodes(mod: tvm.IRModule, func_name: str, nodes: Sequence[int], recomputes: Sequence[int] = ()) -> tirx.PrimFunc:
     """Fuse the call bindings ``nodes`` of ``mod[func_name]`` into one PrimFunc, in a module of
     their own (see :func:`subgraph_module`)."""
-    sub = subgraph_module(mod, func_name, nodes)
+    sub = subgraph_module(mod, func_name, nodes, recomputes)
     fused, given = emit_groups(sub, [list(range(len(nodes)))], func_name="main", names=["fused_candidate"])
     fused = relax.transform.FuseTIR()(fused)
     return fused[given[0]]
 
 
-def subgraph_module(mod: tvm.IRModule, func_name: str, nodes: Sequence[int]) -> tvm.IRModule:
+def subgraph_module(mod: tvm.IRModule, func_name: str, nodes: Sequence[int],
+                    recomputes: Sequence[int] = ()) -> tvm.IRModule:
     """A module whose ``main`` holds only the call bindings ``nodes`` of ``mod[func_name]`` (and
     the tuple bindings between them), with every outside value as a parameter and every value
-    read outside the set as an output; the PrimFuncs they call come along.
+    read outside the set as an output, except the values of ``recomputes`` (computed here for
+    the set only); the PrimFuncs they call come along.
 
     Raises
     ------
@@ -209,7 +217,9 @@ def subgraph_module(mod: tvm.IRModule, func_name: str, nodes: Sequence[int]) -> 
             if bi != block_index or k not in kept_at:
                 outside_refs.extend(var_refs(binding.value))
     outside_refs.extend(var_refs(func.body.body))
-    escaping = [b.var for b in kept if any(b.var.same_as(r) for r in outside_refs)] or [kept[-1].var]
+    internal = [block.bindings[sites[n][1]].var for n in recomputes]
+    escaping = [b.var for b in kept if any(b.var.same_as(r) for r in outside_refs)
+                and not any(b.var.same_as(v) for v in internal)] or [kept[-1].var]
     mapping: dict = {}
     params: list = []
     for binding in kept:
@@ -220,6 +230,8 @@ def subgraph_module(mod: tvm.IRModule, func_name: str, nodes: Sequence[int]) -> 
     # values read outside become block outputs (plain Vars); the function returns them as a tuple
     for var in escaping:
         mapping[var] = relax.Var(var.name, var.ty)
+    for var in internal:    # recomputed here, for the set only: never an output of the block
+        mapping[var] = relax.DataflowVar(var.name, var.ty)
     rebind = Rebind(mapping)
     bindings = [relax.VarBinding(mapping.get(b.var, b.var), rebind.visit_expr(b.value)) for b in kept]
     result = relax.Tuple([mapping[v] for v in escaping])

@@ -8,6 +8,9 @@
   carrying the plan), recorded in the module attribute
   :data:`~tvm_ext.select.attrs.LIBRARY_KERNELS_ATTR` under its external symbol.
 
+A candidate that recomputes nodes gets its own copy of their bindings first
+(:func:`~tvm_ext.select.recompute.copy_recomputed`).
+
 Example
 -------
 >>> mod = emit_selection(ctx, selection.chosen)
@@ -28,6 +31,7 @@ from .emit import Maker, call_bindings, emit_groups
 from .generator import get_generator
 from .measured import kernel_description
 from .plan import plan_to_text
+from .recompute import copy_recomputed
 
 def _retarget_call(func: relax.Function, site: tuple[int, int], new_gvar: tvm.ir.GlobalVar) -> relax.Function:
     """``func`` with the ``call_tir`` at ``site`` calling ``new_gvar`` instead."""
@@ -100,16 +104,17 @@ def emit_selection(ctx: SelectionContext, chosen: Sequence[Candidate]) -> tvm.IR
     """The module of ``ctx`` with ``chosen`` emitted (see the module docstring)."""
     singles = [c for c in chosen if len(c.nodes) == 1 and get_generator(c.generator).kernel_kind == "tir"]
     mod = _attach_single_plans(ctx.mod, ctx.func_name, ctx, singles) if singles else ctx.mod
+    mod, members = copy_recomputed(mod, ctx, chosen)
     groups, attrs, makers = [], [], []
     records: dict[str, dict] = {}
-    for cand in chosen:
+    for cand, nodes in zip(chosen, members):
         kind = get_generator(cand.generator).kernel_kind
         if kind == "library":
-            groups.append(list(cand.nodes))
+            groups.append(nodes)
             attrs.append({})
             makers.append(_library_maker(cand, ctx, records))
         elif len(cand.nodes) > 1:
-            groups.append(list(cand.nodes))
+            groups.append(nodes)
             attrs.append({PLAN_ATTR: plan_to_text(cand.plan), GENERATOR_ATTR: cand.generator})
             makers.append(None)
     if groups:

@@ -42,6 +42,7 @@ from .emission import emit_selection
 from .emit import call_bindings
 from .generator import Generator, get_generator
 from .origin import origin_functions, without_origin
+from .recompute import recomputing_candidates
 from .selector import Selector
 
 logger = logging.getLogger(__name__)
@@ -74,17 +75,21 @@ class SelectKernels:
         Prices candidates for the selector (a priority selector needs none).
     excluded : mapping, optional
         Kernel key -> why candidates with that key must not be chosen.
+    recompute : bool
+        Also offer the candidates that recompute cheap shared nodes
+        (:func:`~tvm_ext.select.recompute.recomputing_candidates`); for a cost-based selector.
     """
 
     def __init__(self, generators: Sequence[str | Generator], selector: Selector, device: DeviceSpec,
                  target: tvm.target.Target | None = None, cost: CostModel | None = None,
-                 excluded: Mapping[str, str] | None = None):
+                 excluded: Mapping[str, str] | None = None, recompute: bool = False):
         self.generators = [get_generator(g) if isinstance(g, str) else g for g in generators]
         self.selector = selector
         self.device = device
         self.target = target
         self.cost = cost
         self.excluded = dict(excluded or {})
+        self.recompute = recompute
 
     def transform_module(self, mod: tvm.IRModule, ctx) -> tvm.IRModule:  # noqa: D102 - pass protocol
         target = self.target or tvm.target.Target.current(allow_none=False)
@@ -105,9 +110,12 @@ class SelectKernels:
                 report[name] = {"skipped": "calls do not match the OpGraph nodes"}
                 continue
             sel_ctx = SelectionContext(mod, name, graph, self.device, target, origins.get(name))
-            candidates = []
-            for generator in self.generators:
-                for cand in generator.candidates(sel_ctx):
+            candidates: list = []
+            proposers = [g.candidates for g in self.generators]
+            if self.recompute:
+                proposers.append(lambda c: recomputing_candidates(c, c.proposed))
+            for propose in proposers:
+                for cand in propose(sel_ctx):
                     if cand.key and cand.key in self.excluded:
                         sel_ctx.drop(cand.generator, cand.nodes, self.excluded[cand.key])
                     else:
@@ -118,6 +126,7 @@ class SelectKernels:
             report[name] = {
                 "proposed": dict(Counter(c.generator for c in candidates)),
                 "chosen": dict(Counter(c.generator for c in selection.chosen)),
+                "recomputing": sum(bool(c.recomputes) for c in selection.chosen),
                 "uncovered": len(selection.uncovered),
                 "dropped": [{"generator": g, "nodes": list(n), "reason": r} for g, n, r in sel_ctx.dropped],
                 "objective_s": selection.objective_s,

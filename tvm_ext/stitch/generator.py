@@ -155,11 +155,21 @@ class StitchGenerator:
                 out.append(cand)
         return out
 
-    def _candidate(self, ctx: SelectionContext, group: ScopeGroup) -> Candidate | None:
+    def extend(self, ctx: SelectionContext, cand: Candidate, recompute: tuple[int, ...]) -> Candidate | None:
+        """``cand``'s stitched kernel also recomputing the nodes ``recompute``, planned anew (see
+        :mod:`tvm_ext.select.recompute`); None for a GEMM-prologue kernel or a set stitch cannot plan."""
+        if cand.plan.group == "prologue" or not all(is_stitchable(ctx.graph, n) for n in recompute):
+            return None
+        kind = "stitch" if cand.plan.group == "single" else cand.plan.group
+        return self._candidate(ctx, ScopeGroup(ctx.ordered(cand.nodes + recompute), kind, cand.plan.parts),
+                               tuple(sorted({*cand.recomputes, *recompute})))
+
+    def _candidate(self, ctx: SelectionContext, group: ScopeGroup,
+                   recomputes: tuple[int, ...] = ()) -> Candidate | None:
         members = ctx.ordered(group.nodes)
 
         def plan() -> StitchKernelPlan | str:
-            func = ctx.fused_function(members)
+            func = ctx.fused_function(members, recomputes)
             try:
                 if group.kind == "prologue":
                     return StitchKernelPlan("prologue", tiles=plan_prologue_tiles(func, ctx.device))
@@ -167,7 +177,7 @@ class StitchGenerator:
             except (StitchPlanError, StitchScheduleError) as err:
                 return str(err)
 
-        made = ctx.memo(("stitch", group.kind, group.parts, ctx.signature(members)), plan)
+        made = ctx.memo(("stitch", group.kind, group.parts, ctx.signature(members, recomputes)), plan)
         if isinstance(made, str):
             ctx.drop(self.name, members, made)
             logger.info("stitch group %s not planned: %s", list(members), made)
@@ -179,10 +189,14 @@ class StitchGenerator:
             p = made.stitch
             launch = LaunchShape(grid=p.grid, threads=p.threads_per_block, shared_bytes=p.shared_bytes,
                                  registers=p.launch.register_cap, grid_syncs=made.grid_syncs)
+        moved = boundary_bytes(ctx.graph, members, recomputes)
+        why = f"stitch scope: {group.kind} group"
+        if recomputes:
+            why += "; recomputes " + ", ".join(ctx.graph.nodes[n].func_name for n in recomputes)
         return Candidate.of(ctx.graph, members, made, launch=launch, code_path=CodePath.SIMT,
-                            global_bytes=boundary_bytes(ctx.graph, members) + _global_round_trips(made),
-                            unique_bytes=boundary_bytes(ctx.graph, members) + _global_round_trips(made) // 2,
-                            provenance=f"stitch scope: {group.kind} group", key=ctx.kernel_key(members, made))
+                            global_bytes=moved + _global_round_trips(made),
+                            unique_bytes=moved + _global_round_trips(made) // 2,
+                            provenance=why, key=ctx.kernel_key(members, made, recomputes), recomputes=recomputes)
 
     def schedule(self, func: tirx.PrimFunc, plan: StitchKernelPlan, device: DeviceSpec) -> ScheduledKernel:
         """Build ``plan`` on ``func``: the prologue builder, or the stitch schedule builder on the

@@ -1,0 +1,135 @@
+"""Recomputation: a cheap node with several readers computed inside each reading kernel (Korch §5).
+
+``Masked``: a float16 mask is cast to float32 and added to two GEMM results. Computed once, the
+cast is a kernel of its own whose output both GEMM kernels read back; recomputed, each GEMM
+kernel casts the mask itself and the cast's kernel disappears. The BLP solver's side is pinned
+against a brute-force oracle in ``test_blp.py``; here the candidates, the selection, the
+emitted module and the CPU numerics.
+"""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import tvm
+from tvm import relax
+from tvm.script import relax as R
+
+from tvm_ext.driver import build
+from tvm_ext.graph import OpGraph
+from tvm_ext.hardware import load_device
+from tvm_ext.select import SelectionContext, get_generator
+from tvm_ext.select.attrs import SELECTION_ATTR
+from tvm_ext.select.recompute import recomputable_nodes, recomputing_candidates
+from tvm_ext.testing.oracle import run_cpu
+
+H100 = tvm.target.Target("tvm_ext/h100")
+CPU = tvm.target.Target({"kind": "llvm"})
+
+
+def _masked(with_mask_output: bool) -> tvm.IRModule:
+    @tvm.script.ir_module
+    class Masked:
+        @R.function
+        def main(x1: R.Tensor((64, 128), "float32"), w1: R.Tensor((128, 128), "float32"),
+                 x2: R.Tensor((64, 128), "float32"), w2: R.Tensor((128, 128), "float32"),
+                 m: R.Tensor((1, 128), "float16")):
+            with R.dataflow():
+                mask = R.astype(m, "float32")
+                y1 = R.add(R.matmul(x1, w1), mask)
+                y2 = R.add(R.matmul(x2, w2), mask)
+                s1 = R.nn.softmax(y1, axis=-1)
+                s2 = R.nn.softmax(y2, axis=-1)
+                R.output(s1, s2)
+            return (s1, s2)
+
+    if not with_mask_output:
+        return Masked
+    @tvm.script.ir_module
+    class MaskedAlsoReturned:
+        @R.function
+        def main(x1: R.Tensor((64, 128), "float32"), w1: R.Tensor((128, 128), "float32"),
+                 x2: R.Tensor((64, 128), "float32"), w2: R.Tensor((128, 128), "float32"),
+                 m: R.Tensor((1, 128), "float16")):
+            with R.dataflow():
+                mask = R.astype(m, "float32")
+                y1 = R.add(R.matmul(x1, w1), mask)
+                y2 = R.add(R.matmul(x2, w2), mask)
+                s1 = R.nn.softmax(y1, axis=-1)
+                s2 = R.nn.softmax(y2, axis=-1)
+                R.output(mask, s1, s2)
+            return (s1, s2, mask)
+
+    return MaskedAlsoReturned
+
+
+def _calls(mod: tvm.IRModule) -> list[tuple[str, list[str]]]:
+    """(callee, argument names) of every call_tir in ``main``."""
+    out = []
+    for binding in mod["main"].body.blocks[0].bindings:
+        value = binding.value
+        if isinstance(value, relax.Call) and isinstance(value.args[0], tvm.ir.GlobalVar):
+            out.append((value.args[0].name_hint, [a.name for a in value.args[1].fields]))
+    return out
+
+
+def _inputs() -> dict[str, np.ndarray]:
+    """In parameter order (a built VM takes them by position)."""
+    rng = np.random.default_rng(0)
+    out = {}
+    for k in ("1", "2"):
+        out["x" + k] = rng.standard_normal((64, 128)).astype("float32")
+        out["w" + k] = (rng.standard_normal((128, 128)) / 11).astype("float32")
+    out["m"] = rng.standard_normal((1, 128)).astype("float16")
+    return out
+
+
+def _reference(inputs) -> list[np.ndarray]:
+    mask = inputs["m"].astype("float32")
+    out = []
+    for k in ("1", "2"):
+        y = inputs["x" + k] @ inputs["w" + k] + mask
+        e = np.exp(y - y.max(axis=-1, keepdims=True))
+        out.append(e / e.sum(axis=-1, keepdims=True))
+    return out
+
+
+def test_the_shared_cast_is_recomputable_and_extends_both_gemm_kernels():
+    legal = relax.transform.AnnotateTIROpPattern()(relax.transform.LegalizeOps()(_masked(False)))
+    graph = OpGraph.from_module(legal)
+    ctx = SelectionContext(legal, "main", graph, load_device("h100"), H100)
+    cands = get_generator("dlight").candidates(ctx)
+    (cast,) = [n.index for n in graph.nodes if n.func_name == "cast"]
+    assert recomputable_nodes(ctx, cands) == {cast}      # the adds and matmuls have one reader each
+    grown = recomputing_candidates(ctx, cands)
+    assert grown and all(c.recomputes == (cast,) and cast in c.nodes for c in grown)
+    compute = [c for c in grown if c.plan.group == "compute"]
+    assert len(compute) == 2 and all(c.plan.rule == "Matmul" for c in compute)
+    # a recomputing kernel reads the float16 mask and writes only its own result
+    for c in compute:
+        assert "m" in c.inputs and not any(graph.tensors[t].producer == cast for t in c.outputs)
+
+
+def test_full_recomputes_the_cast_and_drops_its_kernel():
+    staged = build(_masked(False), H100, "full")
+    report = json.loads(str(staged.graph.attrs[SELECTION_ATTR]))["main"]
+    assert report["recomputing"] == 2 and "1 node(s) recomputed" in report["notes"][0]
+    calls = _calls(staged.graph)
+    assert [args for _, args in calls][:2] == [["m", "x1", "w1"], ["m", "x2", "w2"]]
+    assert not any(name == "cast" for name, _ in calls)
+    assert len(calls) == 3                                 # two GEMM kernels and the softmaxes
+
+
+@pytest.mark.parametrize("with_mask_output", [False, True], ids=["recomputed", "also-an-output"])
+def test_recomputed_graph_matches_numpy_on_the_cpu(with_mask_output):
+    mod = _masked(with_mask_output)
+    staged = build(mod, CPU, "full")
+    if with_mask_output:        # the mask is needed outside every kernel: some kernel writes it
+        assert any("cast" in name for name, _ in _calls(staged.graph))
+    inputs = _inputs()
+    got = run_cpu(relax.VirtualMachine(staged.executable, tvm.cpu()), inputs)
+    want = _reference(inputs) + ([inputs["m"].astype("float32")] if with_mask_output else [])
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
