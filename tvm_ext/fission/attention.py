@@ -44,8 +44,11 @@ def fission_attention(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
         raise Unsupported(f"unknown causal_mask {causal!r}")
     q_ty, k_ty = tensor_type(q), tensor_type(k)
     dtype = q_ty.dtype
-    if attrs.scale is None:
+    if attrs.scale is None:  # TVM's default: divide by sqrt(head_dim)
         head_dim = static_int(known_shape(q_ty)[3], "the head dim (no explicit scale)")
+        apply_scale, factor = relax.op.divide, math.sqrt(head_dim)
+    else:
+        apply_scale, factor = relax.op.multiply, float(attrs.scale.value)
     offset = 0
     if causal == "BottomRight":
         seq = static_int(known_shape(q_ty)[1], "seq_len (BottomRight mask)")
@@ -55,10 +58,7 @@ def fission_attention(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
     q_t = bb.emit(relax.op.permute_dims(q, _BSNH_TO_BNSH))
     k_t = bb.emit(relax.op.permute_dims(k, _BSNH_TO_BNHS))
     scores = bb.emit(relax.op.matmul(q_t, k_t))
-    if attrs.scale is None:
-        scores = bb.emit(relax.op.divide(scores, const(math.sqrt(head_dim), dtype)))
-    else:
-        scores = bb.emit(relax.op.multiply(scores, const(float(attrs.scale.value), dtype)))
+    scores = bb.emit(apply_scale(scores, const(factor, dtype)))
     if bias is not None:
         scores = bb.emit(relax.op.add(scores, bias))
     if causal is None:

@@ -46,11 +46,12 @@ class _FissionMutator(relax.PyExprMutator):
     """Replaces calls of the ops in ``rewrites`` by what their rewrite function returns."""
 
     def __init__(self, mod: tvm.IRModule, rule: str, rewrites: Sequence[tuple[tvm.ir.Op, RewriteFn]],
-                 func_name: str):
+                 func_name: str, skip_level: int):
         super().__init__(mod)
         self.rule = rule
         self.rewrites = rewrites
         self.func_name = func_name
+        self.skip_level = skip_level
         self.changed = 0
 
     def visit_call_(self, call: relax.Call) -> relax.Expr:
@@ -62,19 +63,22 @@ class _FissionMutator(relax.PyExprMutator):
                 try:
                     new = rewrite(self.builder_, call)
                 except Unsupported as why:
-                    _LOG.warning("fission rule %r left %s in '%s' unchanged: %s",
-                                 self.rule, op.name, self.func_name, why)
+                    _LOG.log(self.skip_level, "fission rule %r left %s in '%s' unchanged: %s",
+                             self.rule, op.name, self.func_name, why)
                     return call
                 self.changed += 1
                 return new
         return call
 
 
-def fission_module(mod: tvm.IRModule, rule: str, rewrites: Mapping[str, RewriteFn]) -> tvm.IRModule:
+def fission_module(mod: tvm.IRModule, rule: str, rewrites: Mapping[str, RewriteFn],
+                   skip_level: int = logging.WARNING) -> tvm.IRModule:
     """Apply ``rewrites`` (op name -> rewrite function) to every Relax function of ``mod``.
 
     Functions owned by a library codegen (attribute ``Codegen`` or ``Composite``) are left
     whole. ``mod`` itself is not changed; it is returned as is when nothing was rewritten.
+    Calls a rewrite function refuses are logged at ``skip_level`` (a rule that applies only
+    to some calls of its op by design logs them at ``logging.DEBUG``).
 
     Example
     -------
@@ -89,7 +93,7 @@ def fission_module(mod: tvm.IRModule, rule: str, rewrites: Mapping[str, RewriteF
         if any(key in attrs for key in _LIBRARY_ATTRS):
             _LOG.debug("fission rule %r skips '%s': a library codegen owns it", rule, gv.name_hint)
             continue
-        mutator = _FissionMutator(mod, rule, ops, gv.name_hint)
+        mutator = _FissionMutator(mod, rule, ops, gv.name_hint, skip_level)
         new = mutator.visit_expr(func)
         if mutator.changed:
             _LOG.debug("fission rule %r rewrote %d call(s) in '%s'", rule, mutator.changed, gv.name_hint)
