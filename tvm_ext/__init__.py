@@ -78,8 +78,8 @@ _INITIALIZING = False
 
 #: Public subpackages, imported on first attribute access (``tvm_ext.frontend``) so that
 #: ``import tvm_ext`` stays as fast as the registration needs.
-SUBMODULES = ("analysis", "bench", "cutlass", "dlight", "driver", "frontend", "graph", "hardware", "inspect",
-              "models", "select", "stitch", "testing", "tir", "toolchain", "transform")
+SUBMODULES = ("analysis", "bench", "cutlass", "dlight", "driver", "fission", "frontend", "graph", "hardware",
+              "inspect", "models", "orchestrate", "select", "stitch", "testing", "tir", "toolchain", "transform")
 #: The subpackages a runtime-only TVM (:data:`RUNTIME_ONLY`) can import.
 RUNTIME_SUBMODULES = ("bench",)
 

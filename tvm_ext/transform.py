@@ -7,10 +7,11 @@ Example
 """
 from __future__ import annotations
 
+from .fission import Fission
 from .stitch.relax_pass import StitchMemoryIntensive
 from .stitch.split_slices import SplitToSlices
 from .tir.grid_sync import InsertGridSync
 from .tir.launch_params import AnnotateCooperativeLaunch, ApplyLaunchBounds
 
-__all__ = ["AnnotateCooperativeLaunch", "ApplyLaunchBounds", "InsertGridSync", "SplitToSlices",
+__all__ = ["AnnotateCooperativeLaunch", "ApplyLaunchBounds", "Fission", "InsertGridSync", "SplitToSlices",
            "StitchMemoryIntensive"]

@@ -50,8 +50,8 @@ class DlightPlan:
     rule : str
         Class name of the dlight rule (``"Matmul"``, ``"Reduction"``, ``"Fallback"``, ...).
     group : str
-        ``"single"``, ``"compute"`` (a compute node with its epilogue) or ``"fuseops"`` (a group
-        TVM's ``FuseOps`` forms).
+        ``"single"``, ``"compute"`` (a compute node with its epilogue), ``"fuseops"`` (a group
+        TVM's ``FuseOps`` forms) or ``"orchestrate"`` (a convex set, :mod:`tvm_ext.orchestrate`).
     """
 
     generator: ClassVar[str] = "dlight"
@@ -65,8 +65,8 @@ class DlightPlan:
 
     def summary(self) -> str:
         """One line for reports."""
-        return f"dlight {self.rule}" + {"compute": " (compute + epilogue)", "fuseops": " (FuseOps group)"}.get(
-            self.group, "")
+        return f"dlight {self.rule}" + {"compute": " (compute + epilogue)", "fuseops": " (FuseOps group)",
+                                         "orchestrate": " (convex set)"}.get(self.group, "")
 
 
 class DlightGenerator:

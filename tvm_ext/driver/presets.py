@@ -10,7 +10,7 @@ Example
 >>> get_preset("stitch").generators
 ('stitch', 'dlight')
 >>> [p.name for p in list_presets() if p.implemented]
-['baseline', 'stitch', 'cutlass', 'full']
+['baseline', 'stitch', 'cutlass', 'full', 'orchestrate']
 """
 from __future__ import annotations
 
@@ -59,6 +59,8 @@ class Preset:
     recompute : bool
         Offer candidates that recompute cheap shared nodes (Korch; :mod:`tvm_ext.select.recompute`);
         needs the ``"blp"`` selector.
+    fission : bool
+        Split operators into primitives first (Korch's fission, :class:`tvm_ext.fission.Fission`).
     """
 
     name: str
@@ -71,6 +73,7 @@ class Preset:
     implemented: bool = True
     cuda_graph: bool = False
     recompute: bool = False
+    fission: bool = False
 
     def __post_init__(self) -> None:
         if self.recompute and self.selector != "blp":
@@ -149,12 +152,15 @@ def register_builtin_presets() -> None:
     register_preset(Preset("cutlass", "Bolt: GEMM/conv offload to CUTLASS with epilogue fusion, then baseline",
                            generators=("cutlass",), rest="fuseops", techniques=("cutlass",)))
     register_preset(Preset("full", "every technique's candidates, one BLP selection by the cost model, CUDA graphs",
-                           generators=("cutlass", "stitch", "dlight", "fuseops"), selector="blp",
+                           generators=("cutlass", "stitch", "dlight", "fuseops", "orchestrate_small"), selector="blp",
                            tir_pipeline="tvm_ext", techniques=("cutlass", "stitch", "orchestrate"), cuda_graph=True,
                            recompute=True))
+    register_preset(Preset("orchestrate", "Korch: operator fission, convex candidate kernels from execution "
+                                          "states, BLP selection with recomputation",
+                           generators=("dlight", "fuseops", "orchestrate"), selector="blp", tir_pipeline="tvm_ext",
+                           techniques=("fission", "orchestrate"), recompute=True, fission=True))
     for name, desc, tech in [
         ("tilegraph", "Welder: tile-graph fusion across memory levels", ("tilegraph",)),
-        ("orchestrate", "Korch: operator fission + optimal kernel selection (BLP)", ("fission", "orchestrate")),
         ("subprogram", "SOUFFLE: global analysis, grid-synced multi-stage kernels", ("subprogram",)),
     ]:
         register_preset(Preset(name, desc, techniques=tech, implemented=False))

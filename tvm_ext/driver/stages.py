@@ -44,6 +44,7 @@ from typing import Iterator
 import tvm
 from tvm import relax
 
+from ..fission import Fission
 from ..hardware import device_from_target, is_gpu_target, planning_target, resolve_target
 from ..select.fuse import FuseTIRKeepPlans
 from ..select.generator import get_generator
@@ -144,7 +145,8 @@ def preset_passes(preset: str | Preset, target: tvm.target.Target,
                                cost_model(p) if p.selector == "blp" else None, excluded=excluded,
                                recompute=p.recompute)
         rest = fuse_ops if p.rest == "fuseops" else []
-        fuse = prepare + dispatch + [RecordOrigin()] + legal + [select] + codegen + rest
+        fission = [Fission()] if p.fission else []
+        fuse = fission + prepare + dispatch + [RecordOrigin()] + legal + [select] + codegen + rest
         fuse_tir = [FuseTIRKeepPlans()]
     if not is_gpu_target(target):
         return StagePasses(fuse, fuse_tir, [], [relax.get_pipeline("default_build")])

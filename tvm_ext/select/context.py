@@ -63,6 +63,8 @@ class SelectionContext:
         #: Candidates the generators before the current one proposed (a later generator may
         #: build on them: stitch groups around what a library kernel leaves of an epilogue).
         self.proposed: list = []
+        #: Lines generators want in the selection report (enumeration counts, caps hit).
+        self.notes: list[str] = []
         self._func_hash: dict[str, int] = {}
         self._memo: dict[Hashable, Any] = {}
         self._order = {n: k for k, n in enumerate(graph.topological_order())}

@@ -130,7 +130,7 @@ class SelectKernels:
                 "uncovered": len(selection.uncovered),
                 "dropped": [{"generator": g, "nodes": list(n), "reason": r} for g, n, r in sel_ctx.dropped],
                 "objective_s": selection.objective_s,
-                "notes": list(selection.notes),
+                "notes": [*sel_ctx.notes, *selection.notes],
                 "seconds": round(time.perf_counter() - start, 3),
             }
         return mod.with_attr(SELECTION_ATTR, json.dumps(report, sort_keys=True))

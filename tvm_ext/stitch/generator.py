@@ -25,6 +25,7 @@ Example
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 from typing import Any
 
@@ -154,6 +155,12 @@ class StitchGenerator:
             if cand is not None:
                 out.append(cand)
         return out
+
+    def plan_set(self, ctx: SelectionContext, nodes, provenance: str = "") -> Candidate | None:
+        """A stitched kernel over any convex set of stitchable nodes (one part); None when the
+        planner cannot plan it (recorded as dropped)."""
+        cand = self._candidate(ctx, ScopeGroup(ctx.ordered(nodes), "stitch"))
+        return dataclasses.replace(cand, provenance=provenance) if cand is not None and provenance else cand
 
     def extend(self, ctx: SelectionContext, cand: Candidate, recompute: tuple[int, ...]) -> Candidate | None:
         """``cand``'s stitched kernel also recomputing the nodes ``recompute``, planned anew (see
