@@ -8,6 +8,7 @@ emitted module and the CPU numerics.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -16,7 +17,7 @@ import tvm
 from tvm import relax
 from tvm.script import relax as R
 
-from tvm_ext.driver import build
+from tvm_ext.driver import build, get_preset
 from tvm_ext.graph import OpGraph
 from tvm_ext.hardware import load_device
 from tvm_ext.select import SelectionContext, get_generator
@@ -26,6 +27,10 @@ from tvm_ext.testing.oracle import run_cpu
 
 H100 = tvm.target.Target("tvm_ext/h100")
 CPU = tvm.target.Target({"kind": "llvm"})
+#: ``full`` without its convex-set candidates, which find another cover of this small graph
+#: (the cast fused into one GEMM kernel that writes it for the other): recomputation alone.
+FULL = dataclasses.replace(get_preset("full"), name="test_full_fixed_groups",
+                           generators=tuple(g for g in get_preset("full").generators if not g.startswith("orchestrate")))
 
 
 def _masked(with_mask_output: bool) -> tvm.IRModule:
@@ -112,9 +117,9 @@ def test_the_shared_cast_is_recomputable_and_extends_both_gemm_kernels():
 
 
 def test_full_recomputes_the_cast_and_drops_its_kernel():
-    staged = build(_masked(False), H100, "full")
+    staged = build(_masked(False), H100, FULL)
     report = json.loads(str(staged.graph.attrs[SELECTION_ATTR]))["main"]
-    assert report["recomputing"] == 2 and "1 node(s) recomputed" in report["notes"][0]
+    assert report["recomputing"] == 2 and any("1 node(s) recomputed" in n for n in report["notes"])
     calls = _calls(staged.graph)
     assert [args for _, args in calls][:2] == [["m", "x1", "w1"], ["m", "x2", "w2"]]
     assert not any(name == "cast" for name, _ in calls)
@@ -124,7 +129,7 @@ def test_full_recomputes_the_cast_and_drops_its_kernel():
 @pytest.mark.parametrize("with_mask_output", [False, True], ids=["recomputed", "also-an-output"])
 def test_recomputed_graph_matches_numpy_on_the_cpu(with_mask_output):
     mod = _masked(with_mask_output)
-    staged = build(mod, CPU, "full")
+    staged = build(mod, CPU, FULL)
     if with_mask_output:        # the mask is needed outside every kernel: some kernel writes it
         assert any("cast" in name for name, _ in _calls(staged.graph))
     inputs = _inputs()
