@@ -15,7 +15,6 @@ import numpy as np
 import pytest
 import tvm
 from tvm import relax
-from tvm.script import relax as R
 
 from tvm_ext.driver import build, get_preset
 from tvm_ext.graph import OpGraph
@@ -34,39 +33,23 @@ FULL = dataclasses.replace(get_preset("full"), name="test_full_fixed_groups",
 
 
 def _masked(with_mask_output: bool) -> tvm.IRModule:
-    @tvm.script.ir_module
-    class Masked:
-        @R.function
-        def main(x1: R.Tensor((64, 128), "float32"), w1: R.Tensor((128, 128), "float32"),
-                 x2: R.Tensor((64, 128), "float32"), w2: R.Tensor((128, 128), "float32"),
-                 m: R.Tensor((1, 128), "float16")):
-            with R.dataflow():
-                mask = R.astype(m, "float32")
-                y1 = R.add(R.matmul(x1, w1), mask)
-                y2 = R.add(R.matmul(x2, w2), mask)
-                s1 = R.nn.softmax(y1, axis=-1)
-                s2 = R.nn.softmax(y2, axis=-1)
-                R.output(s1, s2)
-            return (s1, s2)
-
-    if not with_mask_output:
-        return Masked
-    @tvm.script.ir_module
-    class MaskedAlsoReturned:
-        @R.function
-        def main(x1: R.Tensor((64, 128), "float32"), w1: R.Tensor((128, 128), "float32"),
-                 x2: R.Tensor((64, 128), "float32"), w2: R.Tensor((128, 128), "float32"),
-                 m: R.Tensor((1, 128), "float16")):
-            with R.dataflow():
-                mask = R.astype(m, "float32")
-                y1 = R.add(R.matmul(x1, w1), mask)
-                y2 = R.add(R.matmul(x2, w2), mask)
-                s1 = R.nn.softmax(y1, axis=-1)
-                s2 = R.nn.softmax(y2, axis=-1)
-                R.output(mask, s1, s2)
-            return (s1, s2, mask)
-
-    return MaskedAlsoReturned
+    """x1 @ w1 + cast(m) and x2 @ w2 + cast(m), each through a softmax (and the cast returned too)."""
+    f32 = lambda *shape: relax.TensorType(shape, "float32")  # noqa: E731
+    x1, w1, x2, w2 = (relax.Var(n, f32(*s)) for n, s in
+                      [("x1", (64, 128)), ("w1", (128, 128)), ("x2", (64, 128)), ("w2", (128, 128))])
+    m = relax.Var("m", relax.TensorType((1, 128), "float16"))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x1, w1, x2, w2, m]):
+        with bb.dataflow():
+            mask = bb.emit(relax.op.astype(m, "float32"), "mask")
+            outs = []
+            for x, w in ((x1, w1), (x2, w2)):
+                y = bb.emit(relax.op.add(bb.emit(relax.op.matmul(x, w)), mask))
+                outs.append(bb.emit_output(relax.op.nn.softmax(y, axis=-1)))
+            if with_mask_output:
+                outs.append(bb.emit_output(mask))
+        bb.emit_func_output(relax.Tuple(outs))
+    return bb.get()
 
 
 def _calls(mod: tvm.IRModule) -> list[tuple[str, list[str]]]:

@@ -25,16 +25,16 @@ ONNX_NAMES_ATTR = "tvm_ext.onnx_names"
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
-def _graphs(graph: onnx.GraphProto) -> Iterator[onnx.GraphProto]:
+def iter_graphs(graph: onnx.GraphProto) -> Iterator[onnx.GraphProto]:
     """``graph`` and every subgraph nested in its nodes' attributes (If/Loop/Scan bodies)."""
     yield graph
     for node in graph.node:
         for attr in node.attribute:
             if attr.type == onnx.AttributeProto.GRAPH:
-                yield from _graphs(attr.g)
+                yield from iter_graphs(attr.g)
             elif attr.type == onnx.AttributeProto.GRAPHS:
                 for sub in attr.graphs:
-                    yield from _graphs(sub)
+                    yield from iter_graphs(sub)
 
 
 def _defined_names(graph: onnx.GraphProto) -> list[str]:
@@ -55,7 +55,7 @@ def identifier_renames(model: onnx.ModelProto) -> dict[str, str]:
     ``_2`` ... when it collides with another name of the model. Empty names (omitted optional
     inputs) stay empty.
     """
-    graphs = list(_graphs(model.graph))
+    graphs = list(iter_graphs(model.graph))
     ordered = dict.fromkeys(name for g in graphs for name in _defined_names(g))
     taken = set(ordered)
     renames: dict[str, str] = {}
@@ -74,7 +74,7 @@ def identifier_renames(model: onnx.ModelProto) -> dict[str, str]:
 
 def rename_values(model: onnx.ModelProto, renames: Mapping[str, str]) -> None:
     """Apply ``renames`` (old -> new) to every value name of ``model`` and its subgraphs, in place."""
-    for graph in _graphs(model.graph):
+    for graph in iter_graphs(model.graph):
         for info in list(graph.input) + list(graph.output) + list(graph.value_info):
             info.name = renames.get(info.name, info.name)
         for tensor in graph.initializer:

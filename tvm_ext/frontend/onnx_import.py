@@ -27,7 +27,7 @@ from google.protobuf.message import DecodeError
 from ..errors import TVM_ERRORS, ModelConversionError, ModelLoadError, TvmExtError, UnsupportedOpsError
 from ..models.skeleton import fill_skeleton, is_skeleton
 from .canonicalize import finalize_module
-from .names import ONNX_NAMES_ATTR, identifier_renames, rename_values
+from .names import ONNX_NAMES_ATTR, identifier_renames, iter_graphs, rename_values
 from .shapes import bind_input_shapes, user_inputs
 
 logger = logging.getLogger(__name__)
@@ -151,18 +151,6 @@ def _convert_map() -> Mapping[str, object]:
     return onnx_frontend._get_convert_map()  # pylint: disable=protected-access
 
 
-def _iter_nodes(graph: onnx.GraphProto):
-    """All nodes of ``graph`` and of its nested subgraphs (If/Loop/Scan bodies)."""
-    for node in graph.node:
-        yield node
-        for attr in node.attribute:
-            if attr.type == onnx.AttributeProto.GRAPH:
-                yield from _iter_nodes(attr.g)
-            elif attr.type == onnx.AttributeProto.GRAPHS:
-                for sub in attr.graphs:
-                    yield from _iter_nodes(sub)
-
-
 def unsupported_ops(model: onnx.ModelProto) -> dict[str, int]:
     """Operators of ``model`` the Relax importer cannot convert, with their counts.
 
@@ -171,7 +159,7 @@ def unsupported_ops(model: onnx.ModelProto) -> dict[str, int]:
     """
     convert_map = _convert_map()
     found: dict[str, int] = {}
-    for node in _iter_nodes(model.graph):
+    for node in (n for g in iter_graphs(model.graph) for n in g.node):
         domain = node.domain or ""
         if domain in _DEFAULT_DOMAINS:
             ok = ((node.op_type in convert_map or node.op_type in _DIRECTLY_HANDLED)
