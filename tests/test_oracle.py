@@ -126,7 +126,8 @@ def test_nan_in_ours_fails_check_model(model, monkeypatch):
 
 
 def test_relative_error_definition():
-    errs = compare_outputs([np.array([1.0 + 5e-5, 2e-9, 100.0])], [np.array([1.0, 1e-9, 100.0])],
+    # a reference of RMS < 1, so atol stays 1e-5 (larger outputs scale it: see below)
+    errs = compare_outputs([np.array([1.0 + 5e-5, 2e-9, 0.5])], [np.array([1.0, 1e-9, 0.5])],
                            rtol=1e-4, atol=1e-5)
     e = errs[0]
     assert e.ok
@@ -209,3 +210,20 @@ def test_one_tolerance_policy():
     assert tolerance_for("float16") == tolerance_for("bfloat16") == (2e-2, 2e-2)
     assert normwise_tolerance_for("float32") == 1e-3 and normwise_tolerance_for("int64") == 1e-3
     assert normwise_tolerance_for("float16") == 3e-2
+
+
+def test_absolute_tolerance_follows_the_output_scale():
+    """fp16 logits of magnitude ~100: an element near zero off by a few of its terms' ulps passes,
+    a sign error does not, and a unit-scale output keeps the base atol."""
+    from tvm_ext.testing.tolerance import scaled_atol
+
+    rtol, atol = tolerance_for("float16")
+    ref = np.array([120.0, -95.0, 0.01, 80.0])
+    ours = ref + np.array([0.5, -0.4, 0.3, 0.2])              # 0.3 on the near-zero element: cancellation
+    (err,) = compare_outputs([ours], [ref], rtol=rtol, atol=atol)
+    rms = float(np.sqrt(np.mean(ref ** 2)))
+    assert err.ok and err.atol == pytest.approx(atol * rms) == pytest.approx(scaled_atol(atol, rms))
+    assert not compare_outputs([ref * [1, 1, 1, -1]], [ref], rtol=rtol, atol=atol)[0].ok
+    small = np.array([0.5, -0.2, 0.01])
+    (unit,) = compare_outputs([small + [0, 0, 0.03]], [small], rtol=rtol, atol=atol)
+    assert unit.atol == atol and not unit.ok

@@ -6,7 +6,9 @@ Error measures (per output, reported as maxima over elements):
 * ``rel_err = |a - b| / max(|b|, floor)`` with ``floor = max(atol, 1e-30)``: relative to the
   reference, but near-zero references are measured against ``atol`` instead of exploding
   (a 1e-9 value computed as 2e-9 has rel_err 1e-4 at ``atol=1e-5``, not 1.0);
-* the pass test is NumPy's ``|a - b| <= atol + rtol * |b|`` for every element;
+* the pass test is NumPy's ``|a - b| <= atol + rtol * |b|`` for every element, with ``atol``
+  scaled by the output's root-mean-square reference value when that exceeds 1
+  (:func:`~tvm_ext.testing.tolerance.scaled_atol`; ``OutputError.atol`` is what was used);
   ``tol_ratio = |a - b| / (atol + rtol * |b|)`` is the share of the tolerance used
   (<= 1 passes), which says how close to the edge a passing output is.
 
@@ -23,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import NumericsMismatchError
-from .tolerance import tolerance_for
+from .tolerance import scaled_atol, tolerance_for
 
 _REL_FLOOR_MIN = 1e-30
 
@@ -43,13 +45,15 @@ class OutputError:
     nan_mismatch: int = 0
     size: int = 0
     message: str = ""
+    #: The absolute tolerance this output was checked with (scaled by its magnitude).
+    atol: float = 0.0
 
     def describe(self) -> str:
         """One line: name, verdict and the numbers behind it."""
         if self.message and (self.mismatched == 0 and self.nan_mismatch == 0):
             return f"{self.name}: {self.message}"
         text = (f"{self.name}: max abs err {self.max_abs_err:.3g}, max rel err {self.max_rel_err:.3g}, "
-                f"{self.mismatched}/{self.size} elements out of tolerance")
+                f"{self.mismatched}/{self.size} elements out of tolerance (atol {self.atol:.3g})")
         if self.nan_mismatch:
             text += f", {self.nan_mismatch} NaN mismatches"
         return text
@@ -90,6 +94,8 @@ def _compare_tensor(name: str, a: Any, b: Any, rtol: float, atol: float,
     inf_bad = ~finite & ~nan_a & ~nan_b & (a64 != b64)  # an inf on one side, or inf vs -inf
     diff = np.abs(a64[finite] - b64[finite])
     ref = np.abs(b64[finite])
+    atol = scaled_atol(atol, float(np.sqrt(np.mean(np.square(ref)))) if ref.size else 0.0)
+    err.atol = atol
     floor = max(atol, _REL_FLOOR_MIN)
     out_of_tol = diff > atol + rtol * ref
     err.mismatched = int(np.sum(out_of_tol)) + int(np.sum(inf_bad))

@@ -19,6 +19,14 @@ the thread-serialized kernel check and :func:`tvm_ext.testing.compare.assert_clo
   compute in bfloat16, use them.
 * Every other dtype (float64, integers, bool) takes the float32 numbers.
 
+**Per output scale** (:func:`scaled_atol`): the absolute part is for elements near zero, where
+cancellation leaves an error of the size of the *terms* that cancelled, not of the result. Those
+terms are as large as the output's typical magnitude, so an output whose root-mean-square value
+``s`` exceeds 1 gets ``atol * s`` (logits of magnitude 100 computed in fp16: an element near
+zero may be off by ~100 x 2^-11 per rounding). Below 1 the base ``atol`` stands: a tolerance
+never shrinks under the dtype's. A wrong axis or a dropped epilogue still fails: its errors are
+of the order of ``s`` itself.
+
 Two places measure differently and keep their own numbers, defined here too:
 
 * The benchmark (:func:`normwise_tolerance_for`) compares a GPU run with a float32 reference by
@@ -64,6 +72,12 @@ def tolerance_for(dtype: object) -> tuple[float, float]:
     return _ELEMENTWISE.get(_name(dtype), _ELEMENTWISE["float32"])
 
 
+def scaled_atol(atol: float, rms: float) -> float:
+    """The absolute tolerance of one output whose reference has root-mean-square value ``rms``
+    (see the module docstring): ``atol * max(1, rms)``."""
+    return atol * max(1.0, float(rms))
+
+
 def normwise_tolerance_for(dtype: object) -> float:
     """The largest norm-wise relative error a benchmarked run of ``dtype`` may have.
 
@@ -72,4 +86,4 @@ def normwise_tolerance_for(dtype: object) -> float:
     return _NORMWISE.get(_name(dtype), _NORMWISE["float32"])
 
 
-__all__ = ["ONNX_NODE_TEST_TOLERANCE", "normwise_tolerance_for", "tolerance_for"]
+__all__ = ["ONNX_NODE_TEST_TOLERANCE", "normwise_tolerance_for", "scaled_atol", "tolerance_for"]
