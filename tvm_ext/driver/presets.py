@@ -60,7 +60,9 @@ class Preset:
         Offer candidates that recompute cheap shared nodes (Korch; :mod:`tvm_ext.select.recompute`);
         needs the ``"blp"`` selector.
     fission : bool
-        Split operators into primitives first (Korch's fission, :class:`tvm_ext.fission.Fission`).
+        Split operators into primitives first (Korch's fission, :class:`tvm_ext.fission.Fission`)
+        where the cost model prices the selection lower than without it
+        (:class:`~tvm_ext.driver.fission_choice.CheaperOfFission`, whole module).
     """
 
     name: str

@@ -52,6 +52,7 @@ from ..select.origin import RecordOrigin
 from ..select.select_pass import SelectKernels
 from ..select.selector import PrioritySelector
 from .apply_plans import ApplyPlans, refused_kernels
+from .fission_choice import CheaperOfFission
 from .presets import Preset, get_preset
 
 #: PassContext option of TVM's ``RewriteCUDAGraph`` (capture static parts of ``main`` in CUDA graphs).
@@ -145,8 +146,9 @@ def preset_passes(preset: str | Preset, target: tvm.target.Target,
                                cost_model(p) if p.selector == "blp" else None, excluded=excluded,
                                recompute=p.recompute)
         rest = fuse_ops if p.rest == "fuseops" else []
-        fission = [Fission()] if p.fission else []
-        fuse = fission + prepare + dispatch + [RecordOrigin()] + legal + [select] + codegen + rest
+        fuse = prepare + dispatch + [RecordOrigin()] + legal + [select] + codegen + rest
+        if p.fission:   # Korch's fission where the cost model says it pays (whole module)
+            fuse = [CheaperOfFission([Fission(), *fuse], fuse)]
         fuse_tir = [FuseTIRKeepPlans()]
     if not is_gpu_target(target):
         return StagePasses(fuse, fuse_tir, [], [relax.get_pipeline("default_build")])
