@@ -19,12 +19,30 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Callable
+
+from tqdm import tqdm
 
 from ..errors import BenchError
 from .bundle import BundleSummary, build_bundle
 from .suite import resolve, suite
+from .worker import BUILDING, BUILT
 
 MIB = 1 << 20
+
+
+def _bar_progress(bar: tqdm) -> Callable[[str], None]:
+    """Progress lines of the build worker onto ``bar``: the model being built as its description
+    (tqdm shows the elapsed time), each finished model's summary printed above it."""
+
+    def show(line: str) -> None:
+        if line.startswith(BUILDING):
+            bar.set_description(f"bench build: {line[len(BUILDING):]}")
+        else:
+            bar.write(line, file=sys.stderr)
+            bar.update(line.startswith(BUILT))
+
+    return show
 
 
 def add_arguments(p: argparse.ArgumentParser, default_target: str) -> None:
@@ -85,10 +103,10 @@ def run_command(args: argparse.Namespace) -> int:
     presets = [p.strip() for p in args.presets.split(",") if p.strip()]
     out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="tvm_ext_bench_"))
     quiet = getattr(args, "quiet", False)
-    summary = build_bundle(sources, out, presets=presets, target=args.target, fp16=args.fp16,
-                           cuda_graph=args.cuda_graph, seed=args.seed, runtime=args.runtime,
-                           runtime_python=args.runtime_python,
-                           progress=None if quiet else (lambda line: print(line, file=sys.stderr, flush=True)))
+    with tqdm(total=len(sources), desc="bench build", unit="model", disable=quiet, file=sys.stderr) as bar:
+        summary = build_bundle(sources, out, presets=presets, target=args.target, fp16=args.fp16,
+                               cuda_graph=args.cuda_graph, seed=args.seed, runtime=args.runtime,
+                               runtime_python=args.runtime_python, progress=None if quiet else _bar_progress(bar))
     print(build_table(summary))
     failed = any(m.status != "ok" or any(b.status != "ok" for b in m.builds) for m in summary.manifest.models)
     if args.build_only:

@@ -101,8 +101,13 @@ def build_model(source: ModelSource, job: BuildJob, target) -> ModelEntry:
     return entry
 
 
+#: Prefixes of the progress lines before and after each model (a progress bar reads them).
+BUILDING, BUILT = "building ", "built "
+
+
 def run_jobs(job: BuildJob, progress: Callable[[str], None] | None = None) -> list[ModelEntry]:
-    """Build every model of ``job``, appending each entry to ``job.entries_file``."""
+    """Build every model of ``job``, appending each entry to ``job.entries_file``; ``progress``
+    gets a :data:`BUILDING` line before each model and a :data:`BUILT` summary line after it."""
     from ..hardware import resolve_target  # noqa: PLC0415
 
     target = resolve_target(job.target)
@@ -114,13 +119,16 @@ def run_jobs(job: BuildJob, progress: Callable[[str], None] | None = None) -> li
     out = Path(job.entries_file)
     for source in job.sources():
         start = time.perf_counter()
+        if progress is not None:
+            progress(f"{BUILDING}{source.name}")
         entry = build_model(source, job, target)
         with out.open("a") as f:
             f.write(json.dumps(entry.to_json()) + "\n")
         entries.append(entry)
         if progress is not None:
             kernels = ", ".join(f"{b.system}: {b.kernels if b.status == 'ok' else 'failed'}" for b in entry.builds)
-            progress(f"{entry.name}: {entry.status} in {time.perf_counter() - start:.1f} s; kernels {kernels or '-'}")
+            progress(f"{BUILT}{entry.name}: {entry.status} in {time.perf_counter() - start:.1f} s; "
+                     f"kernels {kernels or '-'}")
     return entries
 
 

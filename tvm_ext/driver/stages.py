@@ -288,6 +288,8 @@ def build(mod: tvm.IRModule, target: tvm.target.Target, preset: str | Preset = "
         tir_pipeline = p.tir_pipeline if is_gpu_target(target) else "default"
         executable = tvm.compile(snapshot(lowered), target, relax_pipeline=None, tir_pipeline=tir_pipeline)
         seconds["build"] = time.perf_counter() - start
+    logger.info("built with preset %s for %s: %s", p.name, target.kind.name,
+                ", ".join(f"{stage} {sec:.1f} s" for stage, sec in seconds.items()))
     return StagedBuild(preset=p, target=target, source=mod, fused_ops=fused_ops, graph=graph,
                        scheduled=scheduled, lowered=lowered, executable=executable, stage_seconds=seconds)
 
