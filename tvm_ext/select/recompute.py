@@ -101,8 +101,6 @@ def recomputing_candidates(ctx: SelectionContext, candidates: Sequence[Candidate
     return out
 
 
-
-
 def copy_recomputed(mod: tvm.IRModule, ctx: SelectionContext,
                     chosen: Sequence[Candidate]) -> tuple[tvm.IRModule, list[list[int]]]:
     """Give every chosen candidate its own binding of each node it recomputes.
@@ -137,14 +135,19 @@ def copy_recomputed(mod: tvm.IRModule, ctx: SelectionContext,
                 after.setdefault(sites[n], []).append(relax.VarBinding(mine[n], swap.visit_expr(binding.value)))
             else:
                 replaced[sites[n]] = relax.VarBinding(binding.var, swap.visit_expr(binding.value))
-    recomputed = {var_of(r) for c in chosen for r in c.recomputes}
-    new_blocks = []
-    for bi, old in enumerate(func.body.blocks):
+    rebound = []
+    for bi in range(len(blocks)):
         bindings = []
         for ki, binding in enumerate(blocks[bi]):
             bindings.append(replaced.get((bi, ki), binding))
             bindings.extend(after.get((bi, ki), ()))
-        bindings = _without_dead(bindings, func.body.body, recomputed)
+        rebound.append(bindings)
+    # a recomputed node's own binding stays only while something still reads it
+    used = {v for bindings in rebound for b in bindings for v in var_refs(b.value)} | set(var_refs(func.body.body))
+    recomputed = {var_of(r) for c in chosen for r in c.recomputes}
+    new_blocks = []
+    for old, bindings in zip(func.body.blocks, rebound):
+        bindings = [b for b in bindings if b.var not in recomputed or b.var in used]
         new_blocks.append(relax.DataflowBlock(bindings) if isinstance(old, relax.DataflowBlock)
                           else relax.BindingBlock(bindings))
     new_func = relax.Function(list(func.params), relax.SeqExpr(new_blocks, func.body.body), func.ret_ty,
@@ -152,12 +155,6 @@ def copy_recomputed(mod: tvm.IRModule, ctx: SelectionContext,
     index = {new_func.body.blocks[bi].bindings[ki].var: i for i, (bi, ki) in enumerate(call_bindings(new_func))}
     groups = [[index[copy_of[k].get(n, var_of(n))] for n in cand.nodes] for k, cand in enumerate(chosen)]
     return with_functions(mod, {mod.get_global_var(ctx.func_name): new_func}), groups
-
-
-def _without_dead(bindings: list, result, candidates: set) -> list:
-    """``bindings`` without those of ``candidates`` that nothing reads."""
-    used = {v for b in bindings for v in var_refs(b.value)} | set(var_refs(result))
-    return [b for b in bindings if b.var not in candidates or b.var in used]
 
 
 __all__ = ["Extensible", "RECOMPUTABLE_CLASSES", "copy_recomputed", "recomputable_nodes", "recomputing_candidates"]
