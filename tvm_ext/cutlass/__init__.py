@@ -12,7 +12,11 @@ configuration), :mod:`.emit_gemm` / :mod:`.emit_conv` (cutlass_library emission)
 :mod:`.b2b_conv` / :mod:`.emit_b2b` (back-to-back GEMMs and convolutions), :mod:`.candidates`
 (search space + heuristic), :mod:`.records` (measurements in the shared database),
 :mod:`.profiler` (standalone programs), :mod:`.suite` (compile every distinct instance of a model
-suite: the CI check).
+suite: the CI check), :mod:`.precision` (what the tensor cores compute in; float32 models are
+offloaded as TF32 only inside :func:`allow_tf32`, off by default as in PyTorch)::
+
+    with tvm_ext.cutlass.allow_tf32():
+        ex = tvm_ext.compile("model.onnx", preset="cutlass")
 """
 from __future__ import annotations
 
@@ -27,12 +31,13 @@ from .generator import CutlassGenerator, CutlassPlan
 from .padding import PadConvChannels, pad_conv_channels
 from .passes import PartitionForCutlass, convert_conv_to_nhwc, offload_passes
 from .patterns import CODEGEN_NAME, cutlass_patterns, partition_for_cutlass
+from .precision import allow_tf32, tf32_allowed
 from .pricing import cheapest_config, describe
 from .records import best_config, cutlass_record, dtype_key
 from .workload import Conv2dWorkload, GemmWorkload, Workload, workload_from_function
 
 __all__ = [
-    "ACTIVATIONS", "B2bConv2dWorkload", "cheapest_config", "describe", "B2bGemmWorkload", "CODEGEN_NAME", "Conv2dWorkload", "CutlassCodegenError",
+    "ACTIVATIONS", "allow_tf32", "tf32_allowed", "B2bConv2dWorkload", "cheapest_config", "describe", "B2bGemmWorkload", "CODEGEN_NAME", "Conv2dWorkload", "CutlassCodegenError",
     "CutlassGenerator", "CutlassPlan", "CutlassSetupError", "Epilogue", "GemmWorkload", "KernelConfig",
     "PadConvChannels", "PartitionForCutlass", "Workload", "best_config", "candidates", "choose_config", "codegen",
     "convert_conv_to_nhwc", "cutlass_patterns", "cutlass_record", "dtype_key", "instance_key",

@@ -10,13 +10,18 @@ from typing import Mapping, Sequence
 import tvm
 from tvm import relax
 
-#: Input dtypes that run on tensor cores with fp32 accumulation.
-INPUT_DTYPES = ("float16", "bfloat16")
-#: Output (epilogue) dtypes.
+from .precision import input_dtype_reason
+
+#: Output (epilogue) dtypes. Input dtypes: :func:`~tvm_ext.cutlass.precision.input_dtypes`.
 OUTPUT_DTYPES = ("float16", "bfloat16", "float32")
-#: Minimum alignment (elements) of every leading dimension: 16-bit operands need 4-byte
-#: vector accesses for the cp.async / ldmatrix main loops.
-MIN_ALIGNMENT = 2
+#: Minimum bytes of one vector access along every leading dimension: the cp.async main loops copy
+#: at least 4 bytes (two 16-bit elements, one float32).
+MIN_ACCESS_BYTES = 4
+
+
+def min_alignment(dtype: str) -> int:
+    """Minimum alignment (elements) of every leading dimension for operands of ``dtype``."""
+    return max(1, MIN_ACCESS_BYTES * 8 // tvm.DataType(dtype).bits)
 
 
 def static_shape(expr: relax.Expr) -> tuple[int, ...] | None:
@@ -96,8 +101,9 @@ def gemm_reject_reason(kind: str, lhs: relax.Expr, rhs: relax.Expr, op_call: rel
         return "reduction axes differ"
     if _prod(a_shape) == 0 or n == 0:
         return "empty tensor"
-    if k % MIN_ALIGNMENT or n % MIN_ALIGNMENT:
-        return f"K={k} and N={n} must be multiples of {MIN_ALIGNMENT}"
+    align = min_alignment(dtype_of(lhs))
+    if k % align or n % align:
+        return f"K={k} and N={n} must be multiples of {align}"
     return None
 
 
@@ -119,15 +125,19 @@ def conv2d_reject_reason(data: relax.Expr, weight: relax.Expr, op_call: relax.Ca
     if reason:
         return reason
     c, k = d_shape[3], w_shape[0]
-    if c % MIN_ALIGNMENT or k % MIN_ALIGNMENT:
-        return f"channels C={c} and K={k} must be multiples of {MIN_ALIGNMENT}"
+    align = min_alignment(dtype_of(data))
+    if c % align or k % align:
+        return f"channels C={c} and K={k} must be multiples of {align}"
     return None
 
 
 def _dtype_reason(a: relax.Expr, b: relax.Expr, out: relax.Expr) -> str | None:
     da, db, do = dtype_of(a), dtype_of(b), dtype_of(out)
-    if da not in INPUT_DTYPES or db != da:
-        return f"input dtypes {da}/{db} (supported: equal dtypes among {INPUT_DTYPES})"
+    if db != da:
+        return f"input dtypes {da}/{db} differ"
+    reason = input_dtype_reason(da)
+    if reason:
+        return reason
     if do not in OUTPUT_DTYPES:
         return f"output dtype {do} (supported: {OUTPUT_DTYPES})"
     return None

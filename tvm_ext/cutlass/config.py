@@ -23,7 +23,8 @@ class KernelConfig:
     warp_count : tuple of int
         Warps along ``(M, N, K)`` (2.x); for 3.x the warp-group layout implied by the schedule.
     instruction : tuple of int
-        MMA instruction shape (``(16, 8, 16)`` for Sm80 fp16/bf16; ``(64, N, 16)`` wgmma on Sm90).
+        MMA instruction shape (``(16, 8, 16)`` for Sm80 fp16/bf16, ``(16, 8, 8)`` TF32; ``(64, N, 16)`` /
+        ``(64, N, 8)`` wgmma on Sm90).
     stages : int
         Software pipeline stages (0 = let the 3.x builder pick the most that fit).
     swizzle : int

@@ -16,6 +16,7 @@ from cutlass_library.conv2d_operation import Conv2dOperation, EmitConv2dInstance
 from .config import API_2X, KernelConfig
 from .emit_gemm import ARGS_HEADER, CHECK_MACRO, COMMON_INCLUDES, DTYPES
 from .errors import CutlassCodegenError
+from .precision import math_dtype
 from .workload import Conv2dWorkload
 
 INCLUDES_CONV = COMMON_INCLUDES + r"""
@@ -33,8 +34,8 @@ def conv2d_operation(wl: Conv2dWorkload, cfg: KernelConfig) -> Conv2dOperation:
     """The ``cutlass_library`` description of the convolution instance."""
     if cfg.api != API_2X:
         raise CutlassCodegenError("convolutions use CUTLASS 2.x kernels (Sm80 tensor op) on every arch")
-    elem = DTYPES[wl.dtype]
-    math = cl.MathInstruction(list(cfg.instruction), elem, elem, cl.DataType.f32, cl.OpcodeClass.TensorOp,
+    elem, mma = DTYPES[wl.dtype], DTYPES[math_dtype(wl.dtype)]
+    math = cl.MathInstruction(list(cfg.instruction), mma, mma, cl.DataType.f32, cl.OpcodeClass.TensorOp,
                               cl.MathOperation.multiply_add)
     tile = cl.TileDescription(list(cfg.threadblock), cfg.stages, list(cfg.warp_count), math, 80, 1024)
     a = cl.TensorDescription(elem, cl.LayoutType.TensorNHWC, cfg.alignment[0])

@@ -13,9 +13,12 @@ from cutlass_library.gemm_operation import EmitGemmUniversal3xInstance, EmitGemm
 from .config import API_2X, KernelConfig
 from .epilogue import Epilogue
 from .errors import CutlassCodegenError
+from .precision import math_dtype
 from .workload import GemmWorkload
 
-DTYPES = {"float16": cl.DataType.f16, "bfloat16": cl.DataType.bf16, "float32": cl.DataType.f32}
+#: Tensor element types, and ``tfloat32``: the MMA operand type of float32 tensors (TF32 tensor cores).
+DTYPES = {"float16": cl.DataType.f16, "bfloat16": cl.DataType.bf16, "float32": cl.DataType.f32,
+          "tfloat32": cl.DataType.tf32}
 
 ARGS_HEADER = r"""
 #include <cstdint>
@@ -129,8 +132,8 @@ def epilogue_declaration(ep: Epilogue, api: str, out_dtype: str, vector: int) ->
 
 def gemm_operation(wl: GemmWorkload, cfg: KernelConfig, arch: int) -> GemmOperation:
     """The ``cutlass_library`` description of the instance (2.x for ``arch >= 80``, 3.x for 90)."""
-    elem = DTYPES[wl.dtype]
-    math = cl.MathInstruction(list(cfg.instruction), elem, elem, cl.DataType.f32, cl.OpcodeClass.TensorOp,
+    elem, mma = DTYPES[wl.dtype], DTYPES[math_dtype(wl.dtype)]
+    math = cl.MathInstruction(list(cfg.instruction), mma, mma, cl.DataType.f32, cl.OpcodeClass.TensorOp,
                               cl.MathOperation.multiply_add)
     layout_b = cl.LayoutType.RowMajor if wl.layout_b == "row" else cl.LayoutType.ColumnMajor
     a = cl.TensorDescription(elem, cl.LayoutType.RowMajor, cfg.alignment[0])

@@ -1,8 +1,9 @@
-"""Channel padding for CUTLASS convolutions (Bolt §3.2.3): input channels to a multiple of 8.
+"""Channel padding for CUTLASS convolutions (Bolt §3.2.3): input channels to one 128-bit access.
 
 A 16-bit NHWC convolution whose input channels ``C`` are not a multiple of 8 (ResNet's first
 convolution: ``C = 3``) gets narrow vector loads (alignment 1, 2 or 4 instead of 128-bit) or,
-for odd ``C``, is not offloaded at all. :func:`pad_conv_channels` rounds ``C`` up:
+for odd ``C``, is not offloaded at all; a float32 one (TF32, :mod:`.precision`) needs a multiple
+of 4 for 128-bit loads. :func:`pad_conv_channels` rounds ``C`` up:
 
 * the weight ``[K, R, S, C]`` gets zero input channels; a constant weight is padded here, at
   compile time (Bolt pre-pads the parameters), any other weight through an ``R.nn.pad``;
@@ -20,16 +21,23 @@ import numpy as np
 import tvm
 from tvm import relax
 
-from .checks import INPUT_DTYPES, MIN_ALIGNMENT, OUTPUT_DTYPES, dtype_of, static_shape
+from .checks import OUTPUT_DTYPES, dtype_of, min_alignment, static_shape
+from .precision import input_dtypes
 
 _LOG = logging.getLogger(__name__)
 
-#: Channel multiple for 16-bit operands: 8 elements = one 128-bit access.
-PAD_MULTIPLE = 8
+#: Bits of the vector access the channel count is padded to (8 16-bit or 4 32-bit elements).
+PAD_BITS = 128
 
 
-def channel_padding(call: relax.Call, multiple: int = PAD_MULTIPLE) -> int:
-    """Zero input channels to add to a ``relax.nn.conv2d`` call (0 when none are needed or possible)."""
+def pad_multiple(dtype: str) -> int:
+    """Channel multiple for ``dtype`` operands: one :data:`PAD_BITS` access."""
+    return PAD_BITS // tvm.DataType(dtype).bits
+
+
+def channel_padding(call: relax.Call, multiple: int | None = None) -> int:
+    """Zero input channels to add to a ``relax.nn.conv2d`` call (0 when none are needed or possible);
+    ``multiple`` defaults to :func:`pad_multiple` of its dtype."""
     if not (isinstance(call.op, tvm.ir.Op) and call.op.name == "relax.nn.conv2d"):
         return 0
     attrs = call.attrs
@@ -37,15 +45,15 @@ def channel_padding(call: relax.Call, multiple: int = PAD_MULTIPLE) -> int:
         return 0
     data, weight = call.args
     d_shape, w_shape = static_shape(data), static_shape(weight)
-    if d_shape is None or w_shape is None or dtype_of(data) not in INPUT_DTYPES or dtype_of(weight) != dtype_of(data):
+    if d_shape is None or w_shape is None or dtype_of(data) not in input_dtypes() or dtype_of(weight) != dtype_of(data):
         return 0
     pad = [int(v) for v in attrs.padding]
     if len(pad) != 4 or pad[0] != pad[2] or pad[1] != pad[3] or dtype_of(call) not in OUTPUT_DTYPES:
         return 0  # CUTLASS would not take the conv anyway (see checks.conv2d_reject_reason)
     channels, out_channels = d_shape[3], w_shape[0]
-    if out_channels % MIN_ALIGNMENT:
+    if out_channels % min_alignment(dtype_of(data)):
         return 0
-    return -channels % multiple
+    return -channels % (multiple or pad_multiple(dtype_of(data)))
 
 
 def _pad_last_axis(expr: relax.Expr, extra: int, rank: int) -> relax.Expr:
@@ -54,7 +62,7 @@ def _pad_last_axis(expr: relax.Expr, extra: int, rank: int) -> relax.Expr:
 
 @relax.expr_functor.mutator
 class _ChannelPadder(relax.PyExprMutator):
-    def __init__(self, mod: tvm.IRModule, multiple: int):
+    def __init__(self, mod: tvm.IRModule, multiple: int | None):
         super().__init__(mod)
         self.multiple = multiple
         self.padded = 0
@@ -75,18 +83,20 @@ class _ChannelPadder(relax.PyExprMutator):
         return relax.Call(call.op, [new_data, new_weight], call.attrs)
 
 
-def pad_conv_channels(mod: tvm.IRModule, multiple: int = PAD_MULTIPLE) -> tvm.IRModule:
-    """Pad the input channels of every 16-bit NHWC/OHWI conv2d to a multiple of ``multiple``."""
+def pad_conv_channels(mod: tvm.IRModule, multiple: int | None = None) -> tvm.IRModule:
+    """Pad the input channels of every NHWC/OHWI conv2d CUTLASS may take to a multiple of ``multiple``
+    (default: one 128-bit access of its dtype, :func:`pad_multiple`)."""
     padder = _ChannelPadder(mod, multiple)
     for gvar, func in mod.functions_items():
         if isinstance(func, relax.Function) and not (func.attrs and "Codegen" in func.attrs):
             padder.builder_.update_func(gvar, padder.visit_expr(func))
     if padder.padded:
-        _LOG.info("padded the input channels of %d convolutions to multiples of %d", padder.padded, multiple)
+        _LOG.info("padded the input channels of %d convolutions to multiples of %s", padder.padded,
+                  multiple or f"{PAD_BITS} bits")
     return padder.builder_.get()
 
 
 @tvm.transform.module_pass(opt_level=0, name="tvm_ext.cutlass.PadConvChannels")
 def PadConvChannels(mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IRModule:  # noqa: N802
-    """Pass form of :func:`pad_conv_channels` (multiple of :data:`PAD_MULTIPLE`)."""
+    """Pass form of :func:`pad_conv_channels` (multiples of one :data:`PAD_BITS` access)."""
     return pad_conv_channels(mod)

@@ -24,9 +24,10 @@ from ..select.database import DATABASE_ENV, Database
 from .b2b import b2b_patterns
 from .b2b_conv import b2b_conv_patterns
 from .candidates import arch_number
-from .checks import INPUT_DTYPES, dtype_of
+from .checks import dtype_of
 from .padding import PadConvChannels
 from .patterns import CODEGEN_NAME, OP_KINDS, partition_for_cutlass
+from .precision import input_dtypes
 
 _LOG = logging.getLogger(__name__)
 
@@ -59,7 +60,7 @@ def _convs_to_convert(mod: tvm.IRModule) -> int:
             if isinstance(call.op, tvm.ir.Op) and call.op.name == "relax.nn.conv2d":
                 attrs = call.attrs
                 if (str(attrs.data_layout) != "NHWC" and int(attrs.groups) == 1
-                        and dtype_of(call.args[0]) in INPUT_DTYPES):
+                        and dtype_of(call.args[0]) in input_dtypes()):
                     count += 1
             super().visit_call_(call)
 
@@ -92,7 +93,8 @@ def _boundary_tensors(mod: tvm.IRModule) -> int:
 
 @tvm.transform.module_pass(opt_level=0, name="tvm_ext.cutlass.ConvertConvToNHWC")
 def convert_conv_to_nhwc(mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IRModule:
-    """NHWC/OHWI for every conv2d when at least one 16-bit dense conv can be offloaded.
+    """NHWC/OHWI for every conv2d when at least one dense conv of an offloadable dtype (16-bit, or
+    float32 while TF32 is allowed) can be offloaded.
 
     The conversion is kept only if it adds a bounded number of transposes where the NHWC region
     begins and ends: at most ``2 + 2 * (4-D inputs and outputs)`` (e.g. ResNet-50: one after the

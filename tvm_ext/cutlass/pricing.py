@@ -18,7 +18,9 @@ kernel description the cost model prices (a :class:`~tvm_ext.select.describe.Ker
   share is read from DRAM once per wave and re-read from L2 (assumed: the swizzled launch order
   keeps them in step); no reuse across waves is assumed. A 4096^3 fp16 GEMM moves 1.6 GB through
   L2 but about 140 MB through DRAM;
-* **code path**: ``wgmma`` for 3.x configurations, ``mma_sync`` for 2.x.
+* **code path**: ``wgmma`` for 3.x configurations, ``mma_sync`` for 2.x; **dtype**: what the
+  tensor cores compute in (:func:`~tvm_ext.cutlass.precision.math_dtype`: ``tfloat32`` for float32
+  operands), so the cost model prices TF32 kernels at the device's TF32 tensor-core peak.
 
 :func:`cheapest_config` prices every candidate configuration (:func:`candidates`) and returns
 the cheapest (ties: less compute + memory time, fewer stages, no split-K, then the first listed).
@@ -41,6 +43,7 @@ from ..graph import element_bytes
 from ..select.describe import KernelDescription
 from .candidates import candidates
 from .config import API_3X, KernelConfig
+from .precision import math_dtype
 
 #: Threads of a CUTLASS 3.x Hopper kernel: one producer and two consumer warp groups.
 THREADS_3X = 384
@@ -66,7 +69,7 @@ def describe(wl, cfg: KernelConfig, device: DeviceSpec) -> KernelDescription:
                          shared_bytes=stages * (tbm + tbn) * tbk * ib)
     path = CodePath.WGMMA if cfg.api == API_3X else CodePath.MMA_SYNC
     unique = a + b + out + c
-    return KernelDescription(flops, global_bytes, unique, launch, path, wl.dtype,
+    return KernelDescription(flops, global_bytes, unique, launch, path, math_dtype(wl.dtype),
                              dram_bytes=_dram_bytes(wl, cfg, device, launch, unique, global_bytes, out + c))
 
 

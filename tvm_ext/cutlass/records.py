@@ -1,7 +1,8 @@
 """CUTLASS measurements in the shared :class:`~tvm_ext.select.database.Database`.
 
 A CUTLASS record is keyed by the workload key (``gemm_b1_m256_n512_k128_rc``), the device it was
-measured on and ``"<input dtype>-><output dtype>"``; its ``config`` is the
+measured on and ``"<tensor-core input dtype>-><output dtype>"`` (``"float16->float32"``,
+``"tfloat32->float32"``); its ``config`` is the
 :class:`~tvm_ext.cutlass.config.KernelConfig`. A configuration measured on a device may not build
 for every target of that device (CUTLASS 3.x kernels need ``sm_90a``), so lookups filter by the
 target's arch.
@@ -17,6 +18,7 @@ from __future__ import annotations
 from ..select.database import Database, Record
 from .candidates import admissible
 from .config import API_3X, KernelConfig
+from .precision import math_dtype
 
 GENERATOR = "cutlass"
 
@@ -27,8 +29,9 @@ def dtype_key(in_dtype: str, out_dtype: str) -> str:
 
 
 def workload_dtype(wl) -> str:
-    """The dtype part of ``wl``'s records."""
-    return dtype_key(wl.dtype, wl.final_dtype)
+    """The dtype part of ``wl``'s records: the tensor cores' input precision and the output dtype
+    (``"tfloat32->float32"`` for a float32 GEMM on TF32 tensor cores)."""
+    return dtype_key(math_dtype(wl.dtype), wl.final_dtype)
 
 
 def builds_for(cfg: KernelConfig, arch: str) -> bool:
