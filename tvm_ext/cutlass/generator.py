@@ -14,10 +14,17 @@ Example
 -------
 >>> cands = CutlassGenerator().candidates(ctx)
 >>> cands[0].plan.summary()
-'cutlass tvm_ext_cutlass.dense_bias_gelu 2x_128x128x32_w2x2x1_i16x8x16_s3_sw8_k1_a8x8x8'
+'cutlass tvm_ext_cutlass.dense_bias_gelu f16 tensor cores 2x_128x128x32_w2x2x1_i16x8x16_s3_sw8_k1_a8x8x8'
+
+Each candidate's ``dtype`` is what its tensor cores compute in (``tfloat32`` for float32 operands,
+which are offloaded only while :func:`~tvm_ext.cutlass.precision.allow_tf32` is on), and so is its
+plan summary. A GEMM or convolution the patterns match but the checks reject (float32 without
+TF32, odd channel counts, ...) is recorded as dropped with the reason, so the selection report
+says why it stayed with TVM.
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -35,7 +42,8 @@ from ..select.plan import plan_to_text
 from .codegen import choose_config, device_for
 from .config import KernelConfig
 from .passes import b2b_pattern_source, codegen_options, offload_reason, prepare_passes, target_arch
-from .patterns import CODEGEN_NAME, OP_KINDS, cutlass_patterns
+from .patterns import CODEGEN_NAME, OP_KINDS, Rejections, cutlass_patterns
+from .precision import math_dtype, precision_label
 from .pricing import describe
 from .records import workload_dtype
 from .workload import workload_from_function
@@ -57,6 +65,9 @@ class CutlassPlan:
         The arch it is built for (``sm_80``, ``sm_90a``).
     workload : str
         The workload key (database key).
+    input_dtype : str
+        The operands' dtype; the tensor cores compute in its
+        :func:`~tvm_ext.cutlass.precision.math_dtype` (TF32 for float32).
     """
 
     generator: ClassVar[str] = "cutlass"
@@ -65,15 +76,21 @@ class CutlassPlan:
     config: KernelConfig
     arch: str
     workload: str
+    input_dtype: str
 
     def to_json(self) -> dict[str, Any]:
         """JSON form."""
         return {"composite": self.composite, "config": self.config.to_dict(), "arch": self.arch,
-                "workload": self.workload}
+                "workload": self.workload, "input_dtype": self.input_dtype}
+
+    @property
+    def precision(self) -> str:
+        """How the kernel computes, e.g. ``"tf32 tensor cores"``."""
+        return precision_label(self.input_dtype)
 
     def summary(self) -> str:
-        """One line for reports."""
-        return f"cutlass {self.composite} {self.config.name()}"
+        """One line for reports: composite, precision and configuration."""
+        return f"cutlass {self.composite} {self.precision} {self.config.name()}"
 
     def measured_config(self) -> dict[str, Any]:
         """What a measurement of this kernel is keyed by: the template configuration."""
@@ -107,12 +124,12 @@ class CutlassGenerator:
 
     def plan_from_json(self, data: dict[str, Any]) -> CutlassPlan:  # noqa: D102 - protocol
         return CutlassPlan(str(data["composite"]), KernelConfig.from_dict(data["config"]), str(data["arch"]),
-                           str(data["workload"]))
+                           str(data["workload"]), str(data["input_dtype"]))
 
-    def _partition(self, ctx: SelectionContext) -> tvm.IRModule:
+    def _partition(self, ctx: SelectionContext, rejections: Rejections) -> tvm.IRModule:
         options = codegen_options(ctx.target)
         b2b = b2b_pattern_source(options)
-        patterns = (b2b() if b2b is not None else []) + cutlass_patterns(self.ops)
+        patterns = (b2b() if b2b is not None else []) + cutlass_patterns(self.ops, rejections)
         mod = tvm.IRModule(dict(ctx.mod.functions_items()))
         mod[mod.get_global_var(ctx.func_name)] = ctx.origin
         return relax.transform.FuseOpsByPattern(patterns, bind_constants=False, annotate_codegen=True)(mod)
@@ -123,16 +140,22 @@ class CutlassGenerator:
         if reason is not None or ctx.origin is None:
             logger.info("no CUTLASS candidates: %s", reason or "the pre-legalization function was not recorded")
             return []
-        part = self._partition(ctx)
+        rejections = Rejections()
+        part = self._partition(ctx, rejections)
         arch = target_arch(ctx.target)
         device = device_for(arch, ctx.device.name)
         database = default_database()
         is_group = lambda f: f.attrs is not None and f.attrs.get("Codegen") == CODEGEN_NAME  # noqa: E731
-        out = []
+        out, covered = [], set()
         for outer, args, found in trace_partition(part, ctx.func_name, ctx.origin, is_group):
+            covered.update(found)
             cand = self._candidate(ctx, outer, args, found, arch, device, database)
             if cand is not None:
                 out.append(cand)
+        for var, reason in rejections.items():
+            node = ctx.node_of_var(var)
+            if var not in covered and node is not None:
+                ctx.drop(self.name, [node], f"{var.name}: {reason}")
         return out
 
     def _candidate(self, ctx, outer, args, found, arch, device, database) -> Candidate | None:
@@ -144,14 +167,15 @@ class CutlassGenerator:
         offload = workload_from_function(outer)
         wl = offload.workload
         cfg, _ = choose_config(wl, arch, device, database)
-        plan = CutlassPlan(offload.composite, cfg, arch, wl.key())
+        plan = CutlassPlan(offload.composite, cfg, arch, wl.key(), wl.dtype)
         ctx.memo(("cutlass-call", ctx.ordered(nodes)), lambda: (outer, args))
         kernel = describe(wl, cfg, device)
-        return Candidate.of(ctx.graph, nodes, plan, launch=kernel.launch, code_path=kernel.code_path,
+        cand = Candidate.of(ctx.graph, nodes, plan, launch=kernel.launch, code_path=kernel.code_path,
                             global_bytes=kernel.global_bytes, unique_bytes=kernel.unique_bytes,
                             dram_bytes=kernel.dram_bytes,
-                            provenance=f"CUTLASS pattern {plan.composite}", key=wl.key(),
+                            provenance=f"CUTLASS pattern {plan.composite} on {plan.precision}", key=wl.key(),
                             record_dtype=workload_dtype(wl))
+        return dataclasses.replace(cand, dtype=math_dtype(wl.dtype))  # priced at the tensor cores' rate
 
     def library_call(self, candidate: Candidate, ctx: SelectionContext) -> tuple[relax.Function, list]:
         """The candidate's ``Codegen`` function, carrying its plan, and the call's arguments."""

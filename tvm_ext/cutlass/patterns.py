@@ -4,7 +4,8 @@ Pattern names are ``tvm_ext_cutlass.<op><epilogue suffix>``, e.g.
 ``tvm_ext_cutlass.dense_bias_gelu_tanh`` or ``tvm_ext_cutlass.conv2d_residual_relu_cast``;
 the part before the dot is the BYOC codegen name (``relax.ext.tvm_ext_cutlass``).
 
-Operators (all with 16-bit inputs and fp32 accumulation):
+Operators (all with 16-bit inputs, or float32 inputs on TF32 tensor cores while
+:func:`~tvm_ext.cutlass.precision.allow_tf32` is on; fp32 accumulation):
 
 * ``matmul``: ``matmul(A, B)`` with a 2-D ``B[K, N]``; leading axes of ``A`` fold into M;
 * ``batch_matmul``: ``matmul(A, B)`` with equal batch axes on both operands;
@@ -14,8 +15,8 @@ Operators (all with 16-bit inputs and fp32 accumulation):
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
-from typing import Callable
+from dataclasses import dataclass, field
+from typing import Callable, Iterator
 
 from tvm import relax
 from tvm.relax.dpl import DFPattern, is_op, wildcard
@@ -91,32 +92,66 @@ def reject_reason(op: str, annotated, matched_expr=None, matched_bindings=None, 
     return reason
 
 
-def _make_check(op: str, epilogue: Epilogue, name: str) -> Callable[[PatternCheckContext], bool]:
+@dataclass
+class Rejections:
+    """Why operators matched by the bare-operator patterns were rejected, per binding variable.
+
+    Filled while a partition runs (the patterns' checks record into it); an operator another
+    pattern took anyway is the reader's to skip.
+    """
+
+    reasons: dict = field(default_factory=dict)
+
+    def record(self, var: relax.Var, op: str, reason: str) -> None:
+        """Operator kind ``op`` cannot take the call bound to ``var``, because of ``reason``."""
+        self.reasons.setdefault(var, {})[op] = reason
+
+    def items(self) -> Iterator[tuple[relax.Var, str]]:
+        """``(variable, reason)`` per rejected call; reasons that differ by operator kind are joined."""
+        for var, by_op in self.reasons.items():
+            distinct = list(dict.fromkeys(by_op.values()))
+            yield var, distinct[0] if len(distinct) == 1 else "; ".join(f"as {op}: {r}" for op, r in by_op.items())
+
+
+def _bound_var(ctx: PatternCheckContext, expr: relax.Expr) -> relax.Var | None:
+    return next((var for var, value in ctx.matched_bindings.items() if value.same_as(expr)), None)
+
+
+def _make_check(op: str, epilogue: Epilogue, name: str,
+                rejections: Rejections | None = None) -> Callable[[PatternCheckContext], bool]:
+    bare = epilogue == Epilogue()
+
     def check(ctx: PatternCheckContext) -> bool:
         reason = reject_reason(op, ctx.annotated_expr, ctx.matched_expr, ctx.matched_bindings, ctx.var_usages,
                                ordered=epilogue.residual_after_act)
         if reason is not None:
             _LOG.debug("%s rejected: %s", name, reason)
+            var = _bound_var(ctx, ctx.annotated_expr["op"]) if bare and rejections is not None else None
+            if var is not None:
+                rejections.record(var, op, reason)
         return reason is None
 
     return check
 
 
-def make_pattern(op: str, epilogue: Epilogue, swap: bool = False) -> FusionPattern:
+def make_pattern(op: str, epilogue: Epilogue, swap: bool = False, rejections: Rejections | None = None
+                 ) -> FusionPattern:
     """The :class:`FusionPattern` for one operator and epilogue (``swap``: see
-    :func:`~tvm_ext.cutlass.epilogue.epilogue_pattern`)."""
+    :func:`~tvm_ext.cutlass.epilogue.epilogue_pattern`); the bare operator's pattern records its
+    rejections into ``rejections``."""
     call, ann = _op_pattern(op)
     root, ep_ann = epilogue_pattern(epilogue, call, swap)
     ann.update(ep_ann)
     ann["root"] = root
     name = CompositeName(op, epilogue).name
-    return FusionPattern(name, root, ann, _make_check(op, epilogue, name))
+    return FusionPattern(name, root, ann, _make_check(op, epilogue, name, rejections))
 
 
-def cutlass_patterns(ops: tuple[str, ...] = OP_KINDS) -> list[FusionPattern]:
+def cutlass_patterns(ops: tuple[str, ...] = OP_KINDS, rejections: Rejections | None = None) -> list[FusionPattern]:
     """All single-operator patterns, longest epilogue first (dense before matmul); a residual
-    after the activation in both operand orders."""
-    return [make_pattern(op, ep, swap) for ep in all_epilogues() for op in OP_KINDS if op in ops
+    after the activation in both operand orders. ``rejections`` collects why bare operators were
+    not taken (see :class:`Rejections`)."""
+    return [make_pattern(op, ep, swap, rejections) for ep in all_epilogues() for op in OP_KINDS if op in ops
             for swap in ((False, True) if ep.residual_after_act else (False,))]
 
 
