@@ -4,7 +4,7 @@
 
     tvm-ext demo [--target tvm_ext/h100] [--preset baseline]
     tvm-ext compile model.onnx --target tvm_ext/h100 --preset baseline -o model.so [--shapes x=1x128] [--fp16]
-    tvm-ext inspect model.onnx --target tvm_ext/h100 --preset baseline [--json]
+    tvm-ext inspect model.onnx --target tvm_ext/h100 --preset cutlass [--json] [--allow-tf32]
     tvm-ext compare model.onnx [--presets baseline,stitch,cutlass,full] [--fp16] [--html FILE]
     tvm-ext check model.onnx --preset baseline [--rtol 1e-4 --atol 1e-5]
     tvm-ext measure model.onnx --database measurements.jsonl [--rpc HOST:PORT:KEY]
@@ -19,6 +19,7 @@ with 1 when the numbers do not match.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import sys
@@ -278,6 +279,10 @@ def _add_model_options(p: argparse.ArgumentParser, target: bool = True) -> None:
     p.add_argument("--shapes", action="append", type=parse_shape_arg, metavar="NAME=DIMS",
                    help="static shape of an input, e.g. input_ids=1x128 (repeatable)")
     p.add_argument("--fp16", action="store_true", help="convert the model to float16")
+    if target:
+        p.add_argument("--allow-tf32", action="store_true",
+                       help="offload float32 GEMMs and convolutions to CUTLASS on TF32 tensor cores "
+                            "(operands rounded to a 10-bit mantissa; off by default, as in PyTorch)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -355,13 +360,23 @@ def main(argv: Sequence[str] | None = None) -> int:
                              "(compile, inspect, compare, check, measure, presets, devices, bench, demo)")
         logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, stream=sys.stderr,
                             format="%(levelname)s %(name)s: %(message)s")
-        return int(args.func(args))
+        with _tf32_scope(args):
+            return int(args.func(args))
     except TvmExtError as err:
         return _fail(str(err))
     except OSError as err:  # unreadable input, unwritable output
         return _fail(f"{err.strerror or err}: {err.filename}" if err.filename else str(err))
     except KeyboardInterrupt:
         return _fail("interrupted")
+
+
+def _tf32_scope(args: argparse.Namespace) -> contextlib.AbstractContextManager:
+    """:func:`tvm_ext.cutlass.allow_tf32` when ``--allow-tf32`` was given (the compiler is imported only then)."""
+    if not getattr(args, "allow_tf32", False):
+        return contextlib.nullcontext()
+    from .cutlass import allow_tf32
+
+    return allow_tf32()
 
 
 def _fail(message: str) -> int:
