@@ -187,3 +187,32 @@ def test_cli_allow_tf32(capsys):
     plans = [k["plan"] for k in report["launches"] if k["generator"] == "cutlass"]
     assert len(plans) == 6 and all("tf32 tensor cores" in p for p in plans)
     assert not tf32_allowed()
+
+
+@pytest.mark.slow
+def test_tf32_conv_and_cutlass3_sources_compile():
+    """nvcc builds a TF32 convolution (sm_80) and a CUTLASS 3.x TF32 GEMM with a row-major
+    (MN-major) B (sm_90a, about 2 minutes cold)."""
+    from tvm_ext.cutlass import nvcc
+
+    conv = tc.Conv2dWorkload(1, 16, 16, 64, 64, 3, 3, 16, 16, (1, 1), (1, 1), (1, 1), "float32", "float32", "float32",
+                             tc.Epilogue("bias", "relu"))
+    cfgc = tc.cheapest_config(conv, "sm_80", load_device("a100"))[0]
+    cfg3 = next(c for c in candidates(_gemm(), "sm_90a", load_device("h100")) if c.api == "3x")
+    jobs = [(emit_conv2d(conv, cfgc, "tf32_conv"), "sm_80"), (emit_gemm(_gemm(), cfg3, 90, "tf32_3x"), "sm_90a")]
+    assert all(nvcc.compile_object(src, arch).stat().st_size > 0 for src, arch in jobs)
+
+
+@pytest.mark.slow
+def test_tvm_compile_pipeline_reads_the_switch(tmp_path):
+    from tvm_ext.toolchain import export_library
+
+    symbols = []
+    for allowed in (False, True):
+        with allow_tf32(allowed):
+            ex = tvm.compile(Fp32MatmulBiasRelu, target="tvm_ext/h100", relax_pipeline="tvm_ext.cutlass")
+        path = tmp_path / f"m{int(allowed)}.so"
+        export_library(ex, path)
+        nm = subprocess.run(["nm", "-D", "--defined-only", str(path)], capture_output=True, text=True, check=True)
+        symbols.append([s for s in nm.stdout.split() if s.endswith("_tvm_ext_cutlass")])
+    assert symbols == [[], ["__tvm_ffi_fused_relax_matmul_relax_add_relax_nn_relu_tvm_ext_cutlass"]]
