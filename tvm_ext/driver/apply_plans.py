@@ -48,9 +48,10 @@ def lowering_problem(func: tirx.PrimFunc, name: str, target: tvm.target.Target) 
     return None
 
 
-def refused_kernels(graph: tvm.IRModule, scheduled: tvm.IRModule) -> dict[str, str]:
-    """Kernel key -> reason, for every planned kernel of ``graph`` that :class:`ApplyPlans` left to
-    dlight in ``scheduled`` (dlight's own plans excluded: dlight is the fallback)."""
+def refused_kernels(graph: tvm.IRModule, scheduled: tvm.IRModule) -> dict[str, tuple[str, str]]:
+    """Kernel key -> (generator, reason), for every planned kernel of ``graph`` that
+    :class:`ApplyPlans` left to dlight in ``scheduled`` (dlight's own plans excluded: dlight is
+    the fallback)."""
     from ..select.context import kernel_key
 
     refused = {}
@@ -63,7 +64,7 @@ def refused_kernels(graph: tvm.IRModule, scheduled: tvm.IRModule) -> dict[str, s
             continue
         if plan is not None and plan.generator not in _FALLBACK_GENERATORS:
             refused[kernel_key(graph[gv.name_hint], plan)] = (
-                f"{gv.name_hint} failed to schedule in an earlier round: {func.attrs[FALLBACK_ATTR]}")
+                plan.generator, f"{gv.name_hint} failed to schedule in an earlier round: {func.attrs[FALLBACK_ATTR]}")
     return refused
 
 

@@ -14,8 +14,9 @@ Stages (DESIGN.md "Pipeline"):
 
 :func:`build` also re-selects: when a kernel a cost-based selection chose fails to schedule (its
 generator refuses the plan, or TVM's lowering rejects the result), the graph stage runs again
-without that candidate (at most :data:`MAX_RESELECTIONS` rounds), so the cover is the best one
-of kernels that build; the selection report lists the dropped candidates and why. (The
+without that candidate (at most :data:`MAX_RESELECTIONS` rounds, then one round without the
+generators whose kernels still fail), so the cover is the best one of kernels that build; the
+selection report lists the dropped candidates and why. (The
 one-pass pipeline cannot go back: there such a kernel runs as dlight's kernels and the report
 says so.)
 
@@ -35,6 +36,7 @@ dict_keys(['graph', 'schedule', 'lower', 'build'])
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import time
 from collections.abc import Mapping
@@ -266,7 +268,7 @@ def build(mod: tvm.IRModule, target: tvm.target.Target, preset: str | Preset = "
     excluded: dict[str, str] = {}
     # CUDA graphs exist only on CUDA: a CPU build of a capturing preset (the oracle) captures nothing
     with cuda_graph_context((cuda_graph or p.cuda_graph) and target.kind.name == "cuda"), target:
-        for round_ in range(MAX_RESELECTIONS + 1):
+        for round_ in range(MAX_RESELECTIONS + 2):
             stages = preset_passes(p, target, excluded)
             start = time.perf_counter()
             fused_ops = _run(stages.fuse, mod, f"tvm_ext.{p.name}.graph.fuse")
@@ -276,11 +278,19 @@ def build(mod: tvm.IRModule, target: tvm.target.Target, preset: str | Preset = "
             scheduled = _run(stages.schedule, graph, f"tvm_ext.{p.name}.schedule")
             seconds["schedule"] += time.perf_counter() - start
             refused = refused_kernels(graph, scheduled) if p.selector == "blp" and stages.schedule else {}
-            if not refused or round_ == MAX_RESELECTIONS or set(refused) <= set(excluded):
+            if not refused or set(refused) <= set(excluded) or round_ == MAX_RESELECTIONS + 1:
                 break
-            logger.warning("re-selecting without %d kernel(s) that failed to schedule: %s", len(refused),
-                           "; ".join(refused.values()))
-            excluded.update(refused)
+            if round_ == MAX_RESELECTIONS:
+                # the fallback of a refused kernel may not build either (a dlight-built set whose
+                # dlight schedule is what failed): a last round without the generators still failing
+                failing = sorted({gen for gen, _ in refused.values()})
+                logger.warning("re-selecting without the candidates of %s: their kernels kept failing to "
+                               "schedule", ", ".join(failing))
+                p = dataclasses.replace(p, generators=tuple(g for g in p.generators if g not in failing))
+            else:
+                logger.warning("re-selecting without %d kernel(s) that failed to schedule: %s", len(refused),
+                               "; ".join(reason for _, reason in refused.values()))
+            excluded.update({key: reason for key, (_, reason) in refused.items()})
         start = time.perf_counter()
         lowered = _run(stages.lower, scheduled, f"tvm_ext.{p.name}.lower")
         seconds["lower"] = time.perf_counter() - start

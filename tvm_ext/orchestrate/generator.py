@@ -11,7 +11,9 @@ Each set is built by an existing builder, chosen by what it holds (Korch §5.2: 
 linear primitive goes to the library / tensor-program path, the rest is memory-bound):
 
 * no compute-intensive node and every node stitchable: the stitch planner;
-* otherwise dlight's rules (a GEMM or convolution with its neighbours).
+* otherwise dlight's rules (a GEMM or convolution with its neighbours), for sets that write one
+  tensor (Korch's single-output kernels; dlight's GEMM schedules write one result, and a split
+  in a GEMM's epilogue gives TIR that TVM's lowering rejects).
 
 The plan, :class:`OrchestratePlan`, names that builder and carries its plan; the schedule stage
 hands the kernel to the builder. A set no builder can plan is dropped and counted. Sets that an
@@ -114,7 +116,7 @@ class OrchestrateGenerator:
             else:
                 out.append(cand)
         note = (f"orchestrate: {found.windows} windows, {found.states} execution states, {len(found.sets)} convex "
-                f"sets, {len(out)} candidates, {failed} no builder could plan")
+                f"sets, {len(out)} candidates, {failed} no builder takes or could plan")
         ctx.notes.append(note + "".join(f"; {c}" for c in found.capped))
         logger.info(ctx.notes[-1])
         return out
@@ -124,6 +126,8 @@ class OrchestrateGenerator:
         memory_only = all(is_stitchable(graph, n) and not is_compute_intensive(graph, n) for n in members)
         if memory_only:
             builder, inner = "stitch", get_generator("stitch").plan_set(ctx, members, "orchestrate: convex set")
+        elif len(graph.boundary(members)[1]) != 1:
+            return None     # dlight's GEMM rules write one result (Korch's single-output kernels)
         else:
             builder = "dlight"
             inner = get_generator("dlight").candidate(ctx, members, "orchestrate", "orchestrate: convex set")
