@@ -26,7 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tvm_ext.errors import TvmExtError  # noqa: E402
+from tvm_ext.errors import TVM_ERRORS, TvmExtError  # noqa: E402
 from tvm_ext.inspect import inspect  # noqa: E402
 from tvm_ext.models.skeleton import load_model, resolve_models  # noqa: E402
 
@@ -50,7 +50,7 @@ def model_rows(path: Path, presets: list[str], target: str, fp16: bool) -> list[
         start = time.perf_counter()
         try:
             rep = inspect(proto, target, preset, fp16=fp16)
-        except TvmExtError as err:
+        except (TvmExtError, *TVM_ERRORS) as err:  # a failed build is a row, not the end of the suite
             row["error"] = f"{type(err).__name__}: {err}"
             rows.append(row)
             log.error("%s %s: %s", path.stem, preset, row["error"])
