@@ -39,6 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--db", default=None, help="tuning database (default: the preset's)")
     parser.add_argument("--dry-run", action="store_true", help="emit and count the instances, compile nothing")
     parser.add_argument("--json", default=None, help="write the plan / timings here")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     logging.getLogger("tvm_ext.cutlass.codegen").setLevel(logging.WARNING)  # one line per offload otherwise
@@ -51,7 +52,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.dry_run:
         plan, compiler = plan_suite(paths, archs, args.db), None
     else:
-        plan, compiler = compile_suite(paths, archs, jobs=args.jobs, heavy_jobs=args.heavy_jobs, database=args.db)
+        plan, compiler = compile_suite(paths, archs, jobs=args.jobs, heavy_jobs=args.heavy_jobs, database=args.db,
+                                       progress=not args.no_progress)
     glue_errors = compiler.glue_errors if compiler is not None else {}
     total = time.perf_counter() - start
     report = {"archs": archs, "models": [p.stem for p in paths], "summary": plan.summary(),

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
 import tvm
+from tqdm import tqdm
 from tvm import relax
 
 from ..errors import KernelCompileError
@@ -130,12 +131,16 @@ def plan_model(plan: SuitePlan, name: str, mod: tvm.IRModule, database: str | No
 
 def plan_suite(paths: Iterable[str | os.PathLike[str]], archs: Sequence[str], database: str | None = None,
                on_new: Callable[[SuiteInstance], None] | None = None,
-               on_glue: Callable[[tuple[str, str], str], None] | None = None) -> SuitePlan:
-    """Import every model and collect the distinct instances (see the module docstring)."""
+               on_glue: Callable[[tuple[str, str], str], None] | None = None,
+               on_model: Callable[[str], None] | None = None) -> SuitePlan:
+    """Import every model and collect the distinct instances (see the module docstring);
+    ``on_model`` is called with each model's name before it is planned."""
     plan = SuitePlan(tuple(archs))
     start = time.perf_counter()
     for path in paths:
         name = Path(path).stem
+        if on_model is not None:
+            on_model(name)
         t0 = time.perf_counter()
         plan_model(plan, name, load_fp16_model(path), database, on_new, on_glue)
         _LOG.info("%s: %s offloads in %.1f s", name, {a: plan.offloads[(name, a)] for a in archs},
@@ -173,8 +178,10 @@ class InstanceCompiler:
     Kernel outcomes go to ``results``, glue (g++) failures to ``glue_errors``.
     """
 
-    def __init__(self, jobs: int = 2, heavy_jobs: int = 1, hold_heavy: bool = False):
+    def __init__(self, jobs: int = 2, heavy_jobs: int = 1, hold_heavy: bool = False, progress: bool = False):
         self.jobs, self.heavy_jobs = max(1, jobs), max(1, heavy_jobs)
+        #: Kernels compiled / submitted so far, with the model being planned and the elapsed time.
+        self.bar = tqdm(total=0, desc="CUTLASS suite", unit="kernel", disable=not progress)
         self._heavy_released = not hold_heavy
         self._heavy: deque[SuiteInstance] = deque()
         self._light: deque[SuiteInstance | _GlueJob] = deque()
@@ -194,6 +201,8 @@ class InstanceCompiler:
     def submit(self, inst: SuiteInstance) -> None:
         with self._cond:
             (self._heavy if inst.heavy else self._light).append(inst)
+            self.bar.total += 1
+            self.bar.refresh()
             self._cond.notify_all()
 
     def submit_glue(self, key: tuple[str, str], source: str) -> None:
@@ -236,6 +245,7 @@ class InstanceCompiler:
                       (f"{result.seconds:.0f} s" if not error else "FAILED"))
             with self._cond:
                 self.results.append(result)
+                self.bar.update(1)
                 if inst.heavy:
                     self._running_heavy -= 1
                 self._cond.notify_all()
@@ -254,6 +264,7 @@ class InstanceCompiler:
             self._cond.notify_all()
         for thread in self._threads:
             thread.join()
+        self.bar.close()
         usage = resource.getrusage(resource.RUSAGE_CHILDREN)
         self.cpu_seconds = (usage.ru_utime - self._usage0.ru_utime) + (usage.ru_stime - self._usage0.ru_stime)
         self.wall_seconds = time.perf_counter() - self._start
@@ -262,16 +273,19 @@ class InstanceCompiler:
 
 def compile_suite(paths: Iterable[str | os.PathLike[str]], archs: Sequence[str], *, jobs: int = 2,
                   heavy_jobs: int = 1, database: str | None = None,
-                  keep: Callable[[SuiteInstance], bool] | None = None) -> tuple[SuitePlan, InstanceCompiler]:
+                  keep: Callable[[SuiteInstance], bool] | None = None,
+                  progress: bool = False) -> tuple[SuitePlan, InstanceCompiler]:
     """Plan the suite and compile its instances (those ``keep`` accepts) and glue, overlapping both.
 
     2.x instances and glue compile while models are imported; 3.x instances wait until the
     last model is planned (peak memory: one imported model and one 2.x nvcc, or one 3.x and
     one 2.x nvcc, never a large model and a 3.x nvcc together).
     """
-    compiler = InstanceCompiler(jobs, heavy_jobs, hold_heavy=True)
+    compiler = InstanceCompiler(jobs, heavy_jobs, hold_heavy=True, progress=progress)
     plan = plan_suite(paths, archs, database,
                       on_new=lambda inst: compiler.submit(inst) if keep is None or keep(inst) else None,
-                      on_glue=compiler.submit_glue)
+                      on_glue=compiler.submit_glue,
+                      on_model=lambda name: compiler.bar.set_description(f"CUTLASS suite: planning {name}"))
+    compiler.bar.set_description("CUTLASS suite: compiling")
     compiler.finish()
     return plan, compiler
