@@ -35,6 +35,9 @@ class Dag:
     def consumers(self, n: int) -> list[int]:
         return sorted(self._consumers[n])
 
+    def is_convex(self, members) -> bool:
+        return _convex(self._consumers, set(members))
+
 
 def _random_dag(seed: int) -> dict[int, set[int]]:
     rng = random.Random(seed)

@@ -2,8 +2,12 @@
 
 An *execution state* is a set of nodes closed under predecessors (what has run at some point
 of some schedule). Every convex set is the difference ``D2 \\ D1`` of two states ``D1 ⊂ D2``
-(Korch Thm. 3), so enumerating the states by depth-first search and taking their differences
-gives every convex candidate kernel.
+(Korch Thm. 3). The states are enumerated by depth-first search (:func:`execution_states`;
+their count says how wide a window is), but the candidates are not taken pair by pair: on a
+wide window (an unrolled LSTM's independent steps) the pairs of states within ``max_nodes`` of
+each other run into the hundreds of millions. Instead the connected sets of up to
+``max_nodes`` nodes are grown directly, each once (Wernicke's ESU), and the convex ones kept:
+the same sets as the connected state differences, found in time proportional to their number.
 
 The number of states grows exponentially with the graph's width, so the graph is first cut
 into *windows*: contiguous slices of a topological order, cut where the fewest values are live
@@ -124,48 +128,27 @@ def execution_states(window: Sequence[int], producers: Callable[[int], Iterable[
     return sorted(seen), False
 
 
-def _differences(window: Sequence[int], states: Sequence[int], consumers: Callable[[int], Iterable[int]],
-                 max_nodes: int) -> Iterable[int]:
-    """Masks ``D2 \\ D1`` of 2 to ``max_nodes`` nodes for states ``D1 ⊂ D2`` (each once): from every
-    state ``D2``, nodes are peeled off while all their consumers in ``D2`` are already off, so
-    what is left is a state."""
-    bit = {n: 1 << k for k, n in enumerate(window)}
-    after = [sum(bit[c] for c in set(consumers(n)) if c in bit) for n in window]
-    emitted: set[int] = set()
-    for d2 in states:
-        stack, seen = [0], {0}
-        while stack:
-            peeled = stack.pop()
-            if peeled.bit_count() >= 2 and peeled not in emitted:
-                emitted.add(peeled)
-                yield peeled
-            if peeled.bit_count() == max_nodes:
-                continue
-            left = d2 & ~peeled
-            k = 0
-            while left >> k:
-                if left >> k & 1 and after[k] & left == 0:
-                    nxt = peeled | 1 << k
-                    if nxt not in seen:
-                        seen.add(nxt)
-                        stack.append(nxt)
-                k += 1
+def _connected_sets(window: Sequence[int], graph: OpGraph, max_nodes: int) -> Iterable[tuple[int, ...]]:
+    """Every weakly connected set of 2 to ``max_nodes`` nodes of ``window``, each once (Wernicke's
+    ESU: a set grows from its smallest member through neighbours larger than it)."""
+    inside = set(window)
+    rank = {n: k for k, n in enumerate(window)}
+    near = {n: {m for m in (*graph.producers(n), *graph.consumers(n)) if m in inside and m != n} for n in window}
 
+    def grow(members: list[int], frontier: set[int], root: int) -> Iterable[tuple[int, ...]]:
+        if len(members) >= 2:
+            yield tuple(sorted(members, key=rank.__getitem__))
+        if len(members) == max_nodes:
+            return
+        frontier = set(frontier)
+        reached = set(members).union(*(near[m] for m in members))
+        while frontier:
+            w = frontier.pop()
+            extra = {u for u in near[w] if rank[u] > rank[root] and u not in reached}
+            yield from grow(members + [w], frontier | extra, root)
 
-def _members(mask: int, window: Sequence[int]) -> tuple[int, ...]:
-    return tuple(window[k] for k in range(len(window)) if mask >> k & 1)
-
-
-def _connected(members: Sequence[int], graph: OpGraph) -> bool:
-    inside = set(members)
-    todo, seen = [members[0]], {members[0]}
-    while todo:
-        n = todo.pop()
-        for m in (*graph.producers(n), *graph.consumers(n)):
-            if m in inside and m not in seen:
-                seen.add(m)
-                todo.append(m)
-    return len(seen) == len(inside)
+    for v in window:
+        yield from grow([v], {u for u in near[v] if rank[u] > rank[v]}, v)
 
 
 def enumerate_candidates(graph: OpGraph, limits: EnumerationLimits = EnumerationLimits(), *,
@@ -194,11 +177,11 @@ def enumerate_candidates(graph: OpGraph, limits: EnumerationLimits = Enumeration
         states, capped = execution_states(window, graph.producers, limits.max_states)
         out.states += len(states)
         if capped:
-            out.capped.append(f"window {w} ({len(window)} nodes): stopped at {limits.max_states} states")
+            out.capped.append(f"window {w} ({len(window)} nodes): state count stopped at {limits.max_states} "
+                              "(the candidates do not depend on it)")
         count = 0
-        for mask in _differences(window, states, graph.consumers, limits.max_nodes):
-            members = _members(mask, window)
-            if members in found or sum(map(compute, members)) > 1 or not _connected(members, graph):
+        for members in _connected_sets(window, graph, limits.max_nodes):
+            if members in found or sum(map(compute, members)) > 1 or not graph.is_convex(members):
                 continue
             found.add(members)
             count += 1
