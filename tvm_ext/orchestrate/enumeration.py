@@ -47,12 +47,17 @@ class EnumerationLimits:
         Execution states per window.
     max_candidates : int
         Candidates per window.
+    max_kernels : int
+        Distinct kernels (structural signatures) a generator plans per function, smallest sets
+        first: planning costs ~0.1 s each, and an unrolled LSTM has ~5700 distinct sets of up to
+        8 nodes where BERT-base has 388.
     """
 
     max_nodes: int = 6
     window: int = 40
     max_states: int = 5000
     max_candidates: int = 3000
+    max_kernels: int = 1000
 
 
 @dataclass

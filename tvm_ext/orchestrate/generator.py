@@ -105,11 +105,17 @@ class OrchestrateGenerator:
         found = enumerate_candidates(graph, self.limits, nodes=ctx.call_nodes(),
                                      is_compute=lambda n: is_compute_intensive(graph, n))
         known = {c.nodes for c in ctx.proposed}
-        out, failed = [], 0
-        for nodes in found.sets:
+        out, failed, unplanned = [], 0, 0
+        planned: set[tuple] = set()
+        for nodes in sorted(found.sets, key=len):      # smallest first: the kernel budget keeps them
             members = ctx.ordered(nodes)
             if members in known:
                 continue
+            signature = ctx.signature(members)
+            if signature not in planned and len(planned) >= self.limits.max_kernels:
+                unplanned += 1
+                continue
+            planned.add(signature)
             cand = self._build(ctx, members)
             if cand is None:
                 failed += 1
@@ -117,6 +123,8 @@ class OrchestrateGenerator:
                 out.append(cand)
         note = (f"orchestrate: {found.windows} windows, {found.states} execution states, {len(found.sets)} convex "
                 f"sets, {len(out)} candidates, {failed} no builder takes or could plan")
+        if unplanned:
+            note += f", {unplanned} left unplanned (budget of {self.limits.max_kernels} distinct kernels)"
         ctx.notes.append(note + "".join(f"; {c}" for c in found.capped))
         logger.info(ctx.notes[-1])
         return out
