@@ -49,6 +49,10 @@ class ShapeOverrideError(TvmExtError):
     """A shape override names an unknown input or has the wrong rank."""
 
 
+class InputBindingError(TvmExtError):
+    """A value bound to a graph input names no such input, or does not fit its declared type."""
+
+
 class ModelConversionError(TvmExtError):
     """The importer failed on a model that loaded and passed the operator check."""
 

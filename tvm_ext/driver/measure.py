@@ -69,13 +69,14 @@ def local_runner(target: tvm.target.Target) -> Runner:
 
 def measure_model(model: Any, target: str | tvm.target.Target, preset: str, *, runner: Runner | None = None,
                   database: Database, shapes: Mapping[str, Sequence[int]] | None = None,
-                  fp16: bool = False, source: str | None = None) -> MeasureResult:
+                  fp16: bool = False, bind: Mapping[str, Any] | None = None,
+                  source: str | None = None) -> MeasureResult:
     """Build ``model`` with ``preset`` for ``target``, time its planned kernels with ``runner``
     (default: :func:`local_runner`) and add a record per measured kernel to ``database``."""
     tgt = resolve_target(target)
     runner = runner or local_runner(tgt)
     device = device_from_target(tgt).name
-    staged = build(load_module(model, shapes=shapes, fp16=fp16), tgt, preset)
+    staged = build(load_module(model, shapes=shapes, fp16=fp16, bind=bind), tgt, preset)
     outcomes = runner.measure(measure_jobs(staged), tgt)
     added = record_outcomes(outcomes, database, device, source or runner.name)
     return MeasureResult(device, outcomes, added)

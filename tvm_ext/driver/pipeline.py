@@ -16,12 +16,12 @@ relax_pipeline="tvm_ext.stitch", tir_pipeline="tvm_ext")`` (``tvm_ext.compile`` 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import tvm
 from tvm import relax
 
-from ..errors import PresetError
+from ..errors import PresetError, TvmExtError
 from ..hardware import DEFAULT_TARGET, resolve_target
 from .presets import DEFAULT_PRESET, active_preset, get_preset
 
@@ -60,10 +60,18 @@ def register_pipelines() -> None:
 
 
 def load_module(model: tvm.IRModule | str | Path, *, shapes: Mapping[str, Sequence[int]] | None = None,
-                fp16: bool = False) -> tvm.IRModule:
+                fp16: bool = False, bind: Mapping[str, Any] | None = None) -> tvm.IRModule:
     """An IRModule (converted to fp16 when asked), or an ONNX path/proto through
-    :func:`tvm_ext.frontend.from_onnx`."""
+    :func:`tvm_ext.frontend.from_onnx` (``shapes``, ``bind`` and ``fp16`` as there).
+
+    Raises
+    ------
+    TvmExtError
+        ``shapes`` or ``bind`` given with an IRModule (they apply to ONNX graph inputs).
+    """
     if isinstance(model, tvm.IRModule):
+        if shapes or bind:
+            raise TvmExtError("shapes= and bind= apply to ONNX models; an IRModule is already imported")
         if not fp16:
             return model
         from ..frontend import ConvertToFloat16
@@ -71,7 +79,7 @@ def load_module(model: tvm.IRModule | str | Path, *, shapes: Mapping[str, Sequen
         return ConvertToFloat16()(model)
     from ..frontend import from_onnx
 
-    return from_onnx(model, shapes=shapes, fp16=fp16)
+    return from_onnx(model, shapes=shapes, fp16=fp16, bind=bind)
 
 
 def compile(  # noqa: A001 - mirrors tvm.compile
@@ -81,6 +89,7 @@ def compile(  # noqa: A001 - mirrors tvm.compile
     *,
     shapes: Mapping[str, Sequence[int]] | None = None,
     fp16: bool = False,
+    bind: Mapping[str, Any] | None = None,
     cuda_graph: bool = False,
 ) -> tvm.runtime.Executable:
     """Compile an IRModule or ONNX file with a preset (short form of ``tvm.compile``).
@@ -92,7 +101,7 @@ def compile(  # noqa: A001 - mirrors tvm.compile
     """
     from .stages import build
 
-    mod = load_module(model, shapes=shapes, fp16=fp16)
+    mod = load_module(model, shapes=shapes, fp16=fp16, bind=bind)
     return build(mod, resolve_target(target), preset, cuda_graph=cuda_graph).executable
 
 

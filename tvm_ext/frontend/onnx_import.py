@@ -26,8 +26,11 @@ from google.protobuf.message import DecodeError
 
 from ..errors import TVM_ERRORS, ModelConversionError, ModelLoadError, TvmExtError, UnsupportedOpsError
 from ..models.skeleton import fill_skeleton, is_skeleton
+from .bind import bind_inputs, constant_operand_inputs
 from .canonicalize import finalize_module
+from .constant_nodes import normalize_constant_nodes
 from .names import ONNX_NAMES_ATTR, identifier_renames, iter_graphs, rename_values
+from .shape_folding import fold_shape_arithmetic
 from .shapes import bind_input_shapes, user_inputs
 
 logger = logging.getLogger(__name__)
@@ -191,6 +194,7 @@ def from_onnx(
     fp16: bool = False,
     canonicalize: bool = True,
     opset: int | None = None,
+    bind: Mapping[str, object] | None = None,
 ) -> tvm.IRModule:
     """Import an ONNX model as a static-shape Relax module with weights as constants.
 
@@ -212,6 +216,10 @@ def from_onnx(
         the fp16 conversion).
     opset : int, optional
         Override the default-domain opset read from the model.
+    bind : mapping of str to array-like, optional
+        Values for graph inputs, which become constants (:func:`~tvm_ext.frontend.bind.bind_inputs`);
+        needed where an input feeds an operand the importer requires constant (Reshape's shape,
+        Slice's starts, a Reduce's axes, TopK's k ...). Keys are ONNX input names.
 
     Returns
     -------
@@ -221,11 +229,12 @@ def from_onnx(
 
     Raises
     ------
-    ModelLoadError, UnboundDimensionError, ShapeOverrideError, UnsupportedOpsError,
-    ModelConversionError
+    ModelLoadError, UnboundDimensionError, ShapeOverrideError, InputBindingError,
+    UnsupportedOpsError, ModelConversionError
     """
     proto = load_onnx(model)
     _check_dtype(dtype)
+    proto = bind_inputs(proto, bind or {})  # a copy when anything is bound
     missing = unsupported_ops(proto)
     if missing:
         raise UnsupportedOpsError(missing)
@@ -233,13 +242,19 @@ def from_onnx(
     logger.debug("importing '%s' with input shapes %s", proto.graph.name, static_shapes)
     onnx_names = [i.name for i in user_inputs(proto.graph)]
     renames = identifier_renames(proto)
+    if proto is model:  # the caller's proto: rewrite a copy
+        proto = _copy(proto)
+    constants = normalize_constant_nodes(proto)
+    if constants:
+        logger.debug("rewrote %d Constant node(s) to tensor values", constants)
     if renames:
-        if proto is model:  # the caller's proto: rename a copy
-            proto = _copy(proto)
         rename_values(proto, renames)
         logger.info("renamed %d ONNX value(s) to C identifiers, e.g. %s", len(renames),
                     ", ".join(f"'{old}' -> '{new}'" for old, new in list(renames.items())[:3]))
     static_shapes = {renames.get(name, name): dims for name, dims in static_shapes.items()}
+    folded = fold_shape_arithmetic(proto, static_shapes)
+    if folded:
+        logger.info("folded %d static shape computation(s) to constants", folded)
 
     dtype_dict = {}
     for inp in user_inputs(proto.graph):
@@ -261,12 +276,25 @@ def from_onnx(
         first_line = (str(err).strip().splitlines() or [""])[0]
         raise ModelConversionError(
             f"the Relax ONNX importer failed on graph '{proto.graph.name}': "
-            f"{type(err).__name__}: {first_line}"
+            f"{type(err).__name__}: {first_line}{_binding_hint(proto, renames)}"
         ) from err
     mod = finalize_module(mod, fp16=fp16, canonicalize=canonicalize)
     main = mod["main"]
     mod["main"] = main.with_attr(ONNX_NAMES_ATTR, {p.name: name for p, name in zip(main.params, onnx_names)})
     return mod
+
+
+def _binding_hint(proto: onnx.ModelProto, renames: Mapping[str, str]) -> str:
+    """What to bind when graph inputs feed operands the importer needs constant ('' if none)."""
+    needs = constant_operand_inputs(proto.graph)
+    if not needs:
+        return ""
+    original = {new: old for old, new in renames.items()}
+    names = [original.get(name, name) for name in needs]
+    uses = "; ".join(f"'{original.get(n, n)}' feeds {', '.join(ops[:2])}" for n, ops in needs.items())
+    example = names[0]
+    return (f" (graph input(s) {uses}: the importer needs them constant; bind their values, e.g. "
+            f"from_onnx(..., bind={{'{example}': [...]}}) or --bind {example}=V1,V2,...)")
 
 
 def _copy(proto: onnx.ModelProto) -> onnx.ModelProto:

@@ -80,7 +80,7 @@ def _generators(report: Report) -> dict[str, int]:
 
 def compare(model: Any, presets: Sequence[str], target: str = DEFAULT_TARGET, *,
             shapes: Mapping[str, Sequence[int]] | None = None, fp16: bool = False,
-            progress=None) -> Comparison:
+            bind: Mapping[str, Any] | None = None, progress=None) -> Comparison:
     """Build ``model`` with every preset and collect the reports (see the module docstring).
 
     ``progress`` is called with each preset's name before it is built.
@@ -89,7 +89,7 @@ def compare(model: Any, presets: Sequence[str], target: str = DEFAULT_TARGET, *,
     for preset in presets:
         if progress is not None:
             progress(preset)
-        report = inspect(model, target, preset, shapes=shapes, fp16=fp16)
+        report = inspect(model, target, preset, shapes=shapes, fp16=fp16, bind=bind)
         out = out or Comparison(report.model)
         out.reports.append(report)
     return out or Comparison(str(model))

@@ -325,7 +325,7 @@ def report_from_stages(stages: StagedBuild, *, model_name: str = "IRModule", dev
 
 def inspect(model_or_mod: Any, target: str | Mapping | tvm.target.Target = DEFAULT_TARGET,
             preset: str | Preset = DEFAULT_PRESET, *, shapes: Mapping[str, Sequence[int]] | None = None, fp16: bool = False,
-            device: str | DeviceSpec | None = None, keep_source: bool = False) -> Report:
+            bind: Mapping[str, Any] | None = None, device: str | DeviceSpec | None = None, keep_source: bool = False) -> Report:
     """Compile a model for a GPU target with a preset and report what happened.
 
     Parameters
@@ -342,6 +342,9 @@ def inspect(model_or_mod: Any, target: str | Mapping | tvm.target.Target = DEFAU
     fp16 : bool
         Convert the model to float16 first (ONNX: at import; IRModule: with
         :class:`tvm_ext.frontend.ConvertToFloat16`).
+    bind : mapping, optional
+        Values of ONNX graph inputs that become constants, e.g. ``{"shape": [1, -1, 64]}``
+        (see :func:`tvm_ext.frontend.from_onnx`).
     device : str or DeviceSpec, optional
         Device for the modelled numbers; default: the target's device.
     keep_source : bool
@@ -357,7 +360,7 @@ def inspect(model_or_mod: Any, target: str | Mapping | tvm.target.Target = DEFAU
         raise TvmExtError(f"target {tgt} is not a GPU target (its keys need 'gpu'); the report counts GPU kernels")
     spec = load_device(device) if device is not None else device_from_target(tgt)
     start = time.perf_counter()
-    mod = load_module(model_or_mod, shapes=shapes, fp16=fp16)
+    mod = load_module(model_or_mod, shapes=shapes, fp16=fp16, bind=bind)
     import_s = time.perf_counter() - start
     stages = build(mod, tgt, preset)
     stages.stage_seconds = {"import": import_s, **stages.stage_seconds}

@@ -252,8 +252,8 @@ def _reference_feeds(model: onnx.ModelProto, mod: tvm.IRModule,
 
 
 def check_model(model: str | onnx.ModelProto, preset: str = DEFAULT_PRESET, *,
-                shapes: Mapping[str, Sequence[int]] | None = None, fp16: bool = False, seed: int = 0,
-                rtol: float | None = None, atol: float | None = None) -> CheckResult:
+                shapes: Mapping[str, Sequence[int]] | None = None, fp16: bool = False,
+                bind: Mapping[str, Any] | None = None, seed: int = 0, rtol: float | None = None, atol: float | None = None) -> CheckResult:
     """Import an ONNX model, build it for the CPU with ``preset`` and compare with onnxruntime.
 
     Parameters
@@ -267,6 +267,8 @@ def check_model(model: str | onnx.ModelProto, preset: str = DEFAULT_PRESET, *,
     fp16 : bool
         Import as a pure fp16 model; the reference stays onnxruntime in fp32 on the same
         (fp16-representable) input values.
+    bind : mapping, optional
+        Values of graph inputs made constants (in both builds; see :func:`tvm_ext.frontend.from_onnx`).
     seed : int
         Seed of the random inputs (:func:`tvm_ext.frontend.random_inputs`).
     rtol, atol : float, optional
@@ -278,13 +280,14 @@ def check_model(model: str | onnx.ModelProto, preset: str = DEFAULT_PRESET, *,
         Never raises on a mismatch; call :meth:`CheckResult.raise_on_mismatch` for that.
     """
     from ..frontend import from_onnx, load_onnx, random_inputs
+    from ..frontend.bind import bind_inputs
 
     get_preset(preset)
     default_rtol, default_atol = tolerance_for("float16" if fp16 else "float32")
     rtol = default_rtol if rtol is None else rtol
     atol = default_atol if atol is None else atol
 
-    proto = load_onnx(model)
+    proto = bind_inputs(load_onnx(model), bind or {})
     mod = from_onnx(proto, shapes=shapes, fp16=fp16)
     inputs = random_inputs(mod, seed=seed)
     reference = onnxruntime_outputs(proto, _reference_feeds(proto, mod, inputs))
