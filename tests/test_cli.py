@@ -117,6 +117,38 @@ def test_check_passes_and_reports_error(capsys, mlp_file):
     assert "max rel err" in out and out.rstrip().endswith("ok")
 
 
+@pytest.fixture(scope="session")
+def shape_input_file(tmp_path_factory) -> Path:
+    """y = reshape(x, shape) with the shape a graph input (needs --bind)."""
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph([helper.make_node("Reshape", ["x", "shape"], ["y"])], "reshape",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 12]),
+                               helper.make_tensor_value_info("shape", TensorProto.INT64, [3])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    path = tmp_path_factory.mktemp("models") / "reshape.onnx"
+    onnx.save(model, str(path))
+    return path
+
+
+def test_check_with_bound_input(capsys, shape_input_file):
+    code, out, _ = _run(capsys, "check", str(shape_input_file), "--preset", "baseline", "--bind", "shape=2,3,4")
+    assert code == 0 and out.rstrip().endswith("ok")
+
+
+def test_unbound_shape_input_error_says_what_to_bind(capsys, shape_input_file):
+    code, _, err = _run(capsys, "check", str(shape_input_file), "--preset", "baseline")
+    _assert_one_line_error(code, err, "--bind shape=V1,V2,...")
+
+
+@pytest.mark.parametrize("value, needle", [("shape", "--bind expects NAME=V1,V2"), ("nope=1", "'nope': not a graph input")])
+def test_bad_bind_is_one_line(capsys, shape_input_file, value, needle):
+    code, _, err = _run(capsys, "check", str(shape_input_file), "--bind", value)
+    _assert_one_line_error(code, err, needle)
+
+
 def test_check_mismatch_exits_1(capsys, mlp_file):
     # fp16 against the fp32 onnxruntime reference cannot meet a zero tolerance
     code, out, _ = _run(capsys, "check", str(mlp_file), "--fp16", "--rtol", "0", "--atol", "0")

@@ -78,6 +78,28 @@ def _shapes(pairs: Sequence[tuple[str, tuple[int, ...]]] | None) -> dict[str, tu
     return out
 
 
+def _bind_arg(text: str) -> tuple[str, list]:
+    """``"shape=1,-1,64"`` -> ``("shape", [1, -1, 64])`` (argparse ``type=``)."""
+    from .errors import InputBindingError
+    from .frontend.bind import parse_bind_arg
+
+    try:
+        return parse_bind_arg(text)
+    except InputBindingError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
+def _binds(pairs: Sequence[tuple[str, list]] | None) -> dict[str, list] | None:
+    if not pairs:
+        return None
+    out: dict[str, list] = {}
+    for name, values in pairs:
+        if name in out and out[name] != values:
+            raise UsageError(f"--bind gives two different values for input '{name}'")
+        out[name] = values
+    return out
+
+
 def _model_path(text: str) -> Path:
     path = Path(text)
     if not path.is_file():
@@ -135,7 +157,7 @@ def _cmd_compile(args: argparse.Namespace) -> int:
     def body(step: Callable[[str], None]) -> tuple:
         step("compile")
         report = inspect(model, args.target, args.preset, shapes=_shapes(args.shapes), fp16=args.fp16,
-                         keep_source=True)
+                         bind=_binds(args.bind), keep_source=True)
         checked = None
         if use_nvcc:
             step("nvcc kernel check")
@@ -166,7 +188,7 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
     def body(step: Callable[[str], None]):
         step("compile + report")
         return inspect(model, args.target, args.preset, shapes=_shapes(args.shapes), fp16=args.fp16,
-                       keep_source=args.cuda is not None)
+                       bind=_binds(args.bind), keep_source=args.cuda is not None)
 
     report = _with_progress(["compile + report"], args.quiet, body)
     if args.cuda is not None:
@@ -183,7 +205,8 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     if not presets:
         raise UsageError("--presets names no preset")
     result = _with_progress(presets, args.quiet, lambda step: compare(
-        model, presets, args.target, shapes=_shapes(args.shapes), fp16=args.fp16, progress=step))
+        model, presets, args.target, shapes=_shapes(args.shapes), fp16=args.fp16, bind=_binds(args.bind),
+        progress=step))
     if args.html:
         Path(args.html).write_text(result._repr_html_())
     print(json.dumps(result.to_json(), indent=2) if args.json else result.to_table())
@@ -197,8 +220,8 @@ def _cmd_check(args: argparse.Namespace) -> int:
 
     def body(step: Callable[[str], None]):
         step("CPU build + onnxruntime")
-        return check_model(str(model), args.preset, shapes=_shapes(args.shapes), fp16=args.fp16, seed=args.seed,
-                           rtol=args.rtol, atol=args.atol)
+        return check_model(str(model), args.preset, shapes=_shapes(args.shapes), fp16=args.fp16,
+                           bind=_binds(args.bind), seed=args.seed, rtol=args.rtol, atol=args.atol)
 
     result = _with_progress(["CPU build + onnxruntime"], args.quiet, body)
     print(result.message())
@@ -215,7 +238,7 @@ def _cmd_measure(args: argparse.Namespace) -> int:
     runner = MetaScheduleRunner.rpc(*parse_rpc(args.rpc)) if args.rpc else None
     result = _with_progress(["build + measure"], args.quiet, lambda step: (step("build + measure"), measure_model(
         model, args.target, args.preset, runner=runner, database=Database(args.database), shapes=_shapes(args.shapes),
-        fp16=args.fp16))[1])
+        fp16=args.fp16, bind=_binds(args.bind)))[1])
     print(text_table(["kernel", "generator", "modelled (analytic)", f"measured on {result.device}"], result.rows()))
     print(f"{result.added} of {len(result.outcomes)} planned kernels measured; records added to {args.database}")
     return 0 if result.added or not result.outcomes else EXIT_MISMATCH
@@ -278,6 +301,9 @@ def _add_model_options(p: argparse.ArgumentParser, target: bool = True) -> None:
     p.add_argument("--preset", default=DEFAULT_PRESET, help=f"preset (default {DEFAULT_PRESET}; see `tvm-ext presets`)")
     p.add_argument("--shapes", action="append", type=parse_shape_arg, metavar="NAME=DIMS",
                    help="static shape of an input, e.g. input_ids=1x128 (repeatable)")
+    p.add_argument("--bind", action="append", type=_bind_arg, metavar="NAME=V1,V2,...",
+                   help="make graph input NAME a constant with these values, e.g. shape=1,-1,64 (for inputs "
+                        "the importer needs constant: Reshape shapes, Slice starts, axes, TopK's k; repeatable)")
     p.add_argument("--fp16", action="store_true", help="convert the model to float16")
     if target:
         p.add_argument("--allow-tf32", action="store_true",
