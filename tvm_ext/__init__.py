@@ -66,7 +66,9 @@ def _register() -> None:
     if RUNTIME_ONLY:
         return
     from .tir import register_tir_pipeline
+    from .toolchain.export import register_arch_marker
 
+    register_arch_marker()  # CUDA source records its arch: export_library compiles it for that GPU
     register_target_tags()
     register_builtin_presets()
     register_pipelines()
@@ -78,10 +80,10 @@ _INITIALIZING = False
 
 #: Public subpackages, imported on first attribute access (``tvm_ext.frontend``) so that
 #: ``import tvm_ext`` stays as fast as the registration needs.
-SUBMODULES = ("analysis", "bench", "cutlass", "dlight", "driver", "fission", "frontend", "graph", "hardware",
+SUBMODULES = ("analysis", "bench", "cutlass", "deploy", "dlight", "driver", "fission", "frontend", "graph", "hardware",
               "inspect", "models", "orchestrate", "select", "stitch", "testing", "tir", "toolchain", "transform")
 #: The subpackages a runtime-only TVM (:data:`RUNTIME_ONLY`) can import.
-RUNTIME_SUBMODULES = ("bench",)
+RUNTIME_SUBMODULES = ("bench", "deploy")
 
 
 def __getattr__(name: str) -> ModuleType:

@@ -11,7 +11,7 @@ or both at once on a GPU machine with ``tvm-ext bench --suite seed --fp16``. The
 
 The runtime side (:mod:`.run`, :mod:`.tvm_runner`, :mod:`.torch_runner`, :mod:`.timing`,
 :mod:`.numerics`, :mod:`.inputs`, :mod:`.weights`, :mod:`.manifest`, :mod:`.model_data`,
-:mod:`.results`, :mod:`.tvm_runtime`) imports numpy and the TVM runtime only, and is copied
-into every bundle. This ``__init__`` imports nothing, so it works there too.
+:mod:`.results`, and :mod:`tvm_ext.deploy.runtime`) imports numpy and the TVM runtime only, and is
+copied into every bundle. This ``__init__`` imports nothing, so it works there too.
 """
 from __future__ import annotations

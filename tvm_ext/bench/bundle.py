@@ -1,7 +1,7 @@
 """Write a benchmark bundle: ``tvm-ext bench --build-only --out DIR`` (layout in :mod:`.manifest`).
 
-:func:`build_bundle` builds every model x preset (in a worker process for CUDA targets, see
-:mod:`tvm_ext.toolchain.device_code`), writes the manifest, copies the runtime-side harness and
+:func:`build_bundle` builds every model x preset (in a worker process for CUDA targets; the
+export compiles the device code, see :mod:`tvm_ext.toolchain.export`), writes the manifest, copies the runtime-side harness and
 the corpus model definitions, writes ``run.sh`` and, optionally, packs a runtime-only TVM
 with ``scripts/pack_runtime.sh``.
 """
@@ -29,7 +29,9 @@ PACKAGE = Path(__file__).resolve().parents[1]          # tvm_ext/
 REPO = PACKAGE.parent
 #: Modules of :mod:`tvm_ext.bench` the measuring machine needs (numpy + TVM runtime only).
 RUNTIME_MODULES = ("__init__", "inputs", "weights", "numerics", "timing", "manifest", "model_data", "results",
-                   "tvm_runtime", "tvm_runner", "torch_runner", "run")
+                   "tvm_runner", "torch_runner", "run")
+#: Modules of :mod:`tvm_ext.deploy` they use (TVM without its compiler).
+DEPLOY_MODULES = ("__init__", "runtime")
 _PKG_INIT = '''"""tvm_ext, runtime side only: the benchmark harness of a bundle (see bench/run.py)."""
 '''
 _RUN_SH = r'''#!/bin/sh
@@ -121,6 +123,9 @@ def copy_runtime_python(out: Path) -> None:
     shutil.copy2(PACKAGE / "errors.py", pkg / "errors.py")
     for name in RUNTIME_MODULES:
         shutil.copy2(PACKAGE / "bench" / f"{name}.py", pkg / "bench" / f"{name}.py")
+    (pkg / "deploy").mkdir(exist_ok=True)
+    for name in DEPLOY_MODULES:
+        shutil.copy2(PACKAGE / "deploy" / f"{name}.py", pkg / "deploy" / f"{name}.py")
     (pkg / "testing").mkdir(exist_ok=True)  # the tolerance policy only (numerics reads it)
     (pkg / "testing" / "__init__.py").write_text('"""tvm_ext.testing, runtime side only: the tolerance policy."""\n')
     shutil.copy2(PACKAGE / "testing" / "tolerance.py", pkg / "testing" / "tolerance.py")
@@ -176,27 +181,20 @@ def _sizes(out: Path) -> dict[str, int]:
     return sizes
 
 
-def _worker_env(stub_dir: Path | None) -> dict[str, str]:
+def _worker_env() -> dict[str, str]:
     from ..toolchain.cuda import find_cuda_root, toolkit_env  # noqa: PLC0415
 
     env = {k: v for k, v in os.environ.items() if k != "TVM_USE_RUNTIME_LIB"}  # the worker needs the compiler
     root = find_cuda_root()
     if root is None:
         raise BenchError("CUDA builds need a CUDA toolkit (put nvcc on PATH or set CUDA_PATH)")
-    env = toolkit_env(env, root)  # the worker's nvcc callback runs `nvcc` from PATH
-    if stub_dir is not None:
-        env["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None, [str(stub_dir), env.get("LD_LIBRARY_PATH")]))
+    env = toolkit_env(env, root)  # TVM's nvcc helper runs `nvcc` from PATH
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
     return env
 
 
 def _run_worker(job: BuildJob, work: Path, progress: Callable[[str], None] | None) -> None:
-    from ..toolchain.device_code import build_libcuda_stub, needs_libcuda_stub  # noqa: PLC0415
-
-    stub = work / "stub" if needs_libcuda_stub() else None
-    if stub is not None:
-        build_libcuda_stub(stub)
-    env = _worker_env(stub)
+    env = _worker_env()
     job_file = job.write(work / "job.json")
     log_file = work / "worker.log"
     with log_file.open("w") as log, subprocess.Popen(
@@ -221,7 +219,7 @@ def build_bundle(models: Sequence[ModelSource], out: str | Path, *, presets: Seq
     runtime : bool, optional
         Pack a runtime-only TVM into ``out/runtime`` (default: for CUDA targets).
     isolate : bool, optional
-        Build in a worker process (default: for CUDA targets, which need one).
+        Build in a worker process (default: for CUDA targets, whose builds can crash TVM).
 
     Raises
     ------
@@ -280,5 +278,5 @@ def _device_name(target) -> str | None:
         return None
 
 
-__all__ = ["RUNTIME_MODULES", "BundleSummary", "git_commit", "device_table", "copy_runtime_python", "copy_corpus",
+__all__ = ["RUNTIME_MODULES", "DEPLOY_MODULES", "BundleSummary", "git_commit", "device_table", "copy_runtime_python", "copy_corpus",
            "pack_runtime", "build_bundle"]

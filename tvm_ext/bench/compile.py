@@ -17,7 +17,7 @@ from pathlib import Path
 import tvm
 
 from ..errors import TVM_ERRORS, TvmExtError
-from ..toolchain.device_code import NVCC_SECONDS, check_device_code
+from ..toolchain.device_code import check_device_code
 from ..toolchain.export import export_library
 from .manifest import BuildEntry
 from .prepare import PreparedModel
@@ -57,7 +57,6 @@ def build_system(prepared: PreparedModel, preset: str, target: tvm.target.Target
         prepared.source.name, system))
     path = bundle / str(entry.library)
     path.parent.mkdir(parents=True, exist_ok=True)
-    NVCC_SECONDS.clear()
     start = time.perf_counter()
     try:
         from ..driver import build  # noqa: PLC0415
@@ -76,8 +75,6 @@ def build_system(prepared: PreparedModel, preset: str, target: tvm.target.Target
         log.warning("%s/%s failed: %s", prepared.source.name, system, entry.error)
         return entry, None
     entry.compile_s = round(time.perf_counter() - start, 3)
-    if NVCC_SECONDS:
-        entry.stage_s["nvcc"] = round(sum(NVCC_SECONDS), 3)
     entry.library_bytes = path.stat().st_size
     return entry, cost
 
@@ -86,13 +83,15 @@ def _export_gpu(stages, prepared: PreparedModel, entry: BuildEntry, path: Path) 
     from ..inspect import report_from_stages  # noqa: PLC0415
 
     report = report_from_stages(stages, model_name=prepared.source.name)
-    export_library(report.executable, path)  # adds -lcudart when CUTLASS code is inside
+    exported = export_library(report.executable, path)  # compiles the device code, links -lcudart for CUTLASS
     entry.device_code = check_device_code(path)
     entry.kernels = int(report.kernels)
     entry.distinct_kernels = int(report.distinct_kernels)
     entry.modelled_traffic_bytes = int(report.traffic_bytes)
     entry.modelled_time_s = float(report.modelled_time_s)
     entry.stage_s = {k: round(float(v), 3) for k, v in report.stage_seconds.items()}
+    if exported.nvcc_seconds:
+        entry.stage_s["nvcc"] = round(exported.nvcc_seconds, 3)
     return ModelCost(int(report.flops), int(report.min_traffic_bytes), str(report.dtype))
 
 

@@ -30,7 +30,7 @@ from .results import append_jsonl, markdown_table, results_name
 from .timing import CudaRuntime, EventTimer, HostTimer, Stats
 from .torch_runner import CUDA_GRAPH_SYSTEM, SYSTEMS as TORCH_SYSTEMS
 from .tvm_runner import Measurement, measure_builds
-from .tvm_runtime import device_for, device_info, import_tvm, runtime_only
+from ..deploy.runtime import device_for, device_info, import_tvm, runtime_only
 
 log = logging.getLogger(__name__)
 

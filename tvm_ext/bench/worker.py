@@ -1,8 +1,8 @@
 """Build the models of a bundle: prepare, reference, compile every system, export.
 
 Runs in-process (CPU targets) or as ``python -m tvm_ext.bench.worker JOB.json`` in a worker
-process whose environment lets TVM compile CUDA device code (see
-:mod:`tvm_ext.toolchain.device_code`). Each finished model is appended to the job's entries
+process (CUDA targets: a build that crashes TVM ends the worker, not the command; the export
+compiles the device code, see :mod:`tvm_ext.toolchain.export`). Each finished model is appended to the job's entries
 file as one JSON line (a :class:`~tvm_ext.bench.manifest.ModelEntry`), and a one-line
 progress message goes to stdout, so the parent can report as the build goes.
 """
@@ -111,10 +111,6 @@ def run_jobs(job: BuildJob, progress: Callable[[str], None] | None = None) -> li
     from ..hardware import resolve_target  # noqa: PLC0415
 
     target = resolve_target(job.target)
-    if target.kind.name == "cuda":
-        from ..toolchain.device_code import install_nvcc_callback  # noqa: PLC0415
-
-        install_nvcc_callback()
     entries = []
     out = Path(job.entries_file)
     for source in job.sources():

@@ -1,24 +1,15 @@
-"""Compile CUDA device code at build time, on a host without a GPU driver.
+"""CUDA device code inside exported libraries: which format and archs, and a stand-in driver.
 
-TVM's CUDA code generator hands the generated source to ``ffi.Module.create.cuda``, which
-``libtvm_runtime_cuda.so`` registers. That library links against the driver's
-``libcuda.so.1``; without a driver it does not load, the factory is missing, and TVM keeps
-the CUDA *source* in the exported library (the GPU machine would need a CUDA compiler to
-load it). So the build runs in a worker process that:
+:func:`~tvm_ext.toolchain.export.export_library` compiles the device code at export time
+(nvcc, SASS for the target's arch plus PTX for newer GPUs). :func:`library_device_code` reads
+back which format a library holds (``cuda`` means source: the GPU machine would need a
+compiler to load it) and :func:`device_code_archs` which GPUs its fatbin covers
+(``cuobjdump``); :func:`check_device_code` fails on source.
 
-* finds a stand-in ``libcuda.so.1`` on ``LD_LIBRARY_PATH`` (:func:`build_libcuda_stub`: a
-  tiny library, compiled with the host C compiler, that defines every ``cu*`` function
-  ``libtvm_runtime_cuda.so`` imports and makes each return ``CUDA_ERROR_NO_DEVICE``; none
-  is called while compiling), so TVM's real CUDA module factory loads; and
-* registers its own ``tvm_callback_cuda_compile`` (:func:`install_nvcc_callback`), which the
-  factory calls with the source: nvcc compiles it to a fatbin with the flags of
-  :func:`~tvm_ext.toolchain.gencode.gencode_flags` (SASS for the target's arch plus PTX for
-  newer GPUs; TVM's own callback needs NVRTC from ``cuda-bindings``, or nvcc through
-  ``TVM_CUDA_COMPILE_MODE=nvcc`` with SASS only).
-
-The exported library then carries the binary; :func:`library_device_code` reads back which
-format it holds, so a build that still embeds source is caught here, not on the GPU machine.
-On a machine with a driver no stand-in is needed (:func:`needs_libcuda_stub`).
+:func:`build_libcuda_stub` makes a stand-in ``libcuda.so.1`` (every ``cu*`` function
+``libtvm_runtime_cuda.so`` imports, each returning ``CUDA_ERROR_NO_DEVICE``): with it on
+``LD_LIBRARY_PATH`` TVM's CUDA runtime loads on a host without the NVIDIA driver, so a test can
+load an exported library with the real CUDA module loader and see that loading compiles nothing.
 """
 from __future__ import annotations
 
@@ -27,25 +18,19 @@ import re
 import shutil
 import struct
 import subprocess
-import time
 from pathlib import Path
 
-from .cuda import driver_present
 from ..errors import KernelCompileError
-from .gencode import gencode_flags
 
 #: ``CUDA_ERROR_NO_DEVICE``: what every stand-in driver function returns.
 _NO_DEVICE = 100
 #: Serialized CUDA modules: kind "cuda" (u64-length-prefixed), blob length, then the format string.
 _CUDA_RECORD = re.compile(rb"\x04\x00\x00\x00\x00\x00\x00\x00cuda(.{8})(.{8})", re.DOTALL)
 BINARY_FORMATS = ("cubin", "fatbin", "ptx")
-#: Seconds spent in nvcc by :func:`install_nvcc_callback`'s callback (read and reset by the builder).
-NVCC_SECONDS: list[float] = []
-
-
-def needs_libcuda_stub() -> bool:
-    """True when the NVIDIA driver library cannot be loaded here."""
-    return not driver_present()
+#: Magic number of a fatbin (little-endian) and its header: magic, version, header size, payload size.
+_FATBIN_MAGIC = b"\x50\xed\x55\xba"
+_FATBIN_HEADER = struct.Struct("<IHHQ")
+_ARCH_SPECIFIC = 0x100000
 
 
 def cuda_runtime_library() -> Path:
@@ -99,27 +84,6 @@ def build_libcuda_stub(directory: str | Path, library: Path | None = None) -> Pa
     return target
 
 
-def install_nvcc_callback() -> None:
-    """Register ``tvm_callback_cuda_compile``: nvcc to a fatbin for ``Target.current()``'s arch.
-
-    Call in the build worker only; it replaces TVM's callback for the whole process.
-    """
-    import tvm  # noqa: PLC0415
-    import tvm_ffi  # noqa: PLC0415
-    from tvm.support import nvcc  # noqa: PLC0415
-
-    @tvm_ffi.register_global_func("tvm_callback_cuda_compile", override=True)
-    def _compile(code: str) -> bytearray:
-        target = tvm.target.Target.current(allow_none=True)
-        arch = None if target is None else target.attrs.get("arch")
-        if arch is None:
-            raise KernelCompileError("CUDA compile without a target arch: build inside `with target:`")
-        start = time.perf_counter()
-        binary = nvcc.compile_cuda(code, target_format="fatbin", arch=gencode_flags(str(arch)), compiler="nvcc")
-        NVCC_SECONDS.append(time.perf_counter() - start)
-        return binary
-
-
 def library_device_code(path: str | Path) -> str | None:
     """Format of the CUDA device code in an exported library (``cubin`` also for fatbins,
     ``cuda`` for source), or None when it has no CUDA module."""
@@ -150,6 +114,35 @@ def check_device_code(path: str | Path) -> str:
     return fmt
 
 
-__all__ = ["needs_libcuda_stub", "cuda_runtime_library", "driver_symbols", "build_libcuda_stub",
-           "install_nvcc_callback", "library_device_code", "check_device_code", "NVCC_SECONDS",
-           "BINARY_FORMATS"]
+def _fatbin_entries(data: bytes, pos: int) -> tuple[list[str], int]:
+    """Archs of the fatbin at ``pos`` and its end. Entry header: kind (1 PTX, 2 ELF), version,
+    header size, payload size (u64), ..., SM version (u32 at 28), flags (u32 at 40; 0x100000: ``a``)."""
+    _, _, header, size = _FATBIN_HEADER.unpack_from(data, pos)
+    end, entry, found = min(len(data), pos + header + size), pos + header, []
+    while entry + 44 <= end:
+        kind, _, entry_header = struct.unpack_from("<HHI", data, entry)
+        (payload,) = struct.unpack_from("<Q", data, entry + 8)
+        (sm,) = struct.unpack_from("<I", data, entry + 28)
+        (flags,) = struct.unpack_from("<I", data, entry + 40)
+        suffix = "a" if flags & _ARCH_SPECIFIC else ""
+        if kind in (1, 2):
+            found.append(f"sm_{sm}{suffix} SASS" if kind == 2 else f"compute_{sm}{suffix} PTX")
+        entry += entry_header + payload
+    return found, end
+
+
+def device_code_archs(path: str | Path) -> list[str]:
+    """What the fatbins in a library run on, e.g. ``["sm_90 SASS", "compute_90 PTX"]`` (read from the
+    fatbin headers, no toolkit needed); empty without a fatbin."""
+    data = Path(path).read_bytes()
+    found: list[str] = []
+    pos = data.find(_FATBIN_MAGIC)
+    while pos >= 0 and pos + _FATBIN_HEADER.size <= len(data):
+        archs, end = _fatbin_entries(data, pos)
+        found += [a for a in archs if a not in found]
+        pos = data.find(_FATBIN_MAGIC, max(end, pos + 1))
+    return found
+
+
+__all__ = ["cuda_runtime_library", "driver_symbols", "build_libcuda_stub",
+           "library_device_code", "device_code_archs", "check_device_code", "BINARY_FORMATS"]

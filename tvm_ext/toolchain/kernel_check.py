@@ -1,14 +1,14 @@
-"""Compile generated CUDA source with nvcc as a kernel check (no GPU needed).
+"""Compile generated CUDA source with nvcc (no GPU needed): the one device-code compile.
 
-Without a CUDA driver ``tvm.compile`` only generates CUDA source; the GPU machine compiles it
-when it loads the module. :func:`compile_cuda_source` runs nvcc on that source now, with the
-flags of :func:`~tvm_ext.toolchain.gencode.gencode_flags` for the target's arch (SASS plus
-PTX), so broken kernels show up at build time. The device code is not kept.
+Without a CUDA driver ``tvm.compile`` only generates CUDA source. :func:`compile_cuda_source`
+runs nvcc on it with the flags of :func:`~tvm_ext.toolchain.gencode.gencode_flags` for the
+target's arch (SASS plus PTX): :func:`~tvm_ext.toolchain.export.export_library` packs the
+fatbin into the library, and tests use it as a kernel check (broken kernels show up at build time).
 """
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import tvm
 
@@ -31,12 +31,15 @@ class NvccResult:
         Size of the produced fatbin (SASS and PTX).
     cuda_root : str
         Toolkit root used.
+    binary : bytes
+        The fatbin.
     """
 
     seconds: float
     arch: str
     binary_bytes: int
     cuda_root: str
+    binary: bytes = field(default=b"", repr=False)
 
 
 def _first_errors(message: str, limit: int = 3) -> str:
@@ -70,4 +73,4 @@ def compile_cuda_source(source: str, target: tvm.target.Target) -> NvccResult:
     except RuntimeError as err:
         raise KernelCompileError(f"nvcc failed for {arch}: {_first_errors(str(err))}") from None
     return NvccResult(seconds=time.perf_counter() - start, arch=str(arch), binary_bytes=len(binary),
-                      cuda_root=str(root))
+                      cuda_root=str(root), binary=bytes(binary))

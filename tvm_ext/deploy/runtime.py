@@ -1,4 +1,4 @@
-"""TVM with the runtime library only, on the machine that measures.
+"""TVM with the runtime library only, on the machine that runs a library (``tvm-ext run``, bench bundles).
 
 ``TVM_USE_RUNTIME_LIB=1`` makes ``import tvm`` load ``libtvm_runtime`` and skip the
 compiler; in that mode TVM does not load its CUDA runtime by itself, so
@@ -20,7 +20,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from ..errors import BenchError
+from . import DeployError, NoDeviceError
 
 _CUDA_LOADER = "ffi.Module.load_from_bytes.cuda"
 
@@ -52,7 +52,7 @@ def enable_cuda(tvm: ModuleType) -> None:
 
     Raises
     ------
-    BenchError
+    NoDeviceError
         ``libtvm_runtime_cuda.so`` is missing or cannot be loaded (no NVIDIA driver).
     """
     if tvm.get_global_func(_CUDA_LOADER, allow_missing=True) is not None:
@@ -60,33 +60,35 @@ def enable_cuda(tvm: ModuleType) -> None:
     candidates = [Path(d) / "libtvm_runtime_cuda.so" for d in tvm.libinfo.package_lib_paths()]
     found = [p for p in candidates if p.is_file()]
     if not found:
-        raise BenchError("TVM's CUDA runtime (libtvm_runtime_cuda.so) is not installed; looked in "
+        raise NoDeviceError("TVM's CUDA runtime (libtvm_runtime_cuda.so) is not installed; looked in "
                          + ", ".join(str(p.parent) for p in candidates))
     try:
         ctypes.CDLL(str(found[0]))
     except OSError as err:
-        raise BenchError(f"cannot load {found[0]}: {err} (is the NVIDIA driver installed?)") from None
+        raise NoDeviceError(f"cannot load {found[0]}: {err} (is the NVIDIA driver installed?)") from None
     if tvm.get_global_func(_CUDA_LOADER, allow_missing=True) is None:
-        raise BenchError(f"{found[0]} loaded but registered no CUDA module loader")
+        raise DeployError(f"{found[0]} loaded but registered no CUDA module loader")
 
 
 def device_for(tvm: ModuleType, target_kind: str) -> Any:
-    """The TVM device a bundle built for ``target_kind`` runs on (``cuda`` -> GPU 0, ``llvm`` -> CPU).
+    """The TVM device a library built for ``target_kind`` runs on (``cuda`` -> GPU 0, ``llvm`` -> CPU).
 
     Raises
     ------
-    BenchError
-        No such device here.
+    NoDeviceError
+        No GPU here for a CUDA library.
+    DeployError
+        Another target kind.
     """
     if target_kind == "cuda":
         enable_cuda(tvm)
         dev = tvm.cuda(0)
         if not dev.exist:
-            raise BenchError("no CUDA GPU is visible (tvm.cuda(0) does not exist)")
+            raise NoDeviceError("no CUDA GPU is visible (tvm.cuda(0) does not exist)")
         return dev
     if target_kind in ("llvm", "c"):
         return tvm.cpu(0)
-    raise BenchError(f"cannot run a bundle built for target kind '{target_kind}'")
+    raise DeployError(f"cannot run a bundle built for target kind '{target_kind}'")
 
 
 def _cpu_name() -> str:
