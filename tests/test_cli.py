@@ -94,10 +94,10 @@ def test_inspect_table_with_shapes_and_cuda_file(capsys, free_dim_file, tmp_path
 def test_compile_exports_library(capsys, mlp_file, tmp_path):
     out_so = tmp_path / "mlp.so"
     code, out, _ = _run(capsys, "compile", str(mlp_file), "--target", "tvm_ext/h100", "--preset", "baseline",
-                        "-o", str(out_so), "--no-nvcc")
+                        "-o", str(out_so), "--embed-source")  # no nvcc needed
     assert code == 0 and out_so.is_file()
     assert f"wrote {out_so}" in out and "2 kernel launches (2 distinct kernels)" in out
-    assert "nvcc kernel check: skipped" in out
+    assert "CUDA source embedded" in out
     if shutil.which("nm"):  # the library holds a host launcher per fused group
         nm = subprocess.run(["nm", "-D", "--defined-only", str(out_so)], capture_output=True, text=True,
                             check=True).stdout.split()
@@ -105,10 +105,10 @@ def test_compile_exports_library(capsys, mlp_file, tmp_path):
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
-def test_compile_with_nvcc_check(capsys, mlp_file, tmp_path):
-    code, out, _ = _run(capsys, "compile", str(mlp_file), "-o", str(tmp_path / "m.so"), "--nvcc")
+def test_compile_builds_device_code_with_nvcc(capsys, mlp_file, tmp_path):
+    code, out, _ = _run(capsys, "compile", str(mlp_file), "-o", str(tmp_path / "m.so"))
     assert code == 0
-    assert "nvcc kernel check: ok" in out and "sm_90" in out
+    assert "compiled CUDA device code (sm_90 SASS + compute_90 PTX), nvcc" in out
 
 
 def test_check_passes_and_reports_error(capsys, mlp_file):

@@ -4,6 +4,8 @@
 
     tvm-ext demo [--target tvm_ext/h100] [--preset baseline]
     tvm-ext compile model.onnx --target tvm_ext/h100 --preset baseline -o model.so [--shapes x=1x128] [--fp16]
+        [--weights-outside] [--embed-source]
+    tvm-ext run model.so [--inputs x.npz] [--runs 100]        # TVM runtime only; exit 3 without a GPU
     tvm-ext inspect model.onnx --target tvm_ext/h100 --preset cutlass [--json] [--allow-tf32]
     tvm-ext compare model.onnx [--presets baseline,stitch,cutlass,full] [--fp16] [--html FILE]
     tvm-ext check model.onnx --preset baseline [--rtol 1e-4 --atol 1e-5]
@@ -143,41 +145,24 @@ def _with_progress(steps: Sequence[str], quiet: bool, body: Callable[[Callable[[
 # commands
 # --------------------------------------------------------------------------------------
 def _cmd_compile(args: argparse.Namespace) -> int:
-    from .inspect import inspect
-    from .toolchain import compile_cuda_source, export_library, nvcc_available
-    from .toolchain.device_code import BINARY_FORMATS, library_device_code
+    from .deploy.build import STEPS, build_library
 
     model = _model_path(args.model)
     out = Path(args.output)
     if not out.parent.is_dir():
         raise UsageError(f"output directory does not exist: {out.parent}")
-    use_nvcc = nvcc_available() if args.nvcc is None else args.nvcc
-    steps = ["compile"] + (["nvcc kernel check"] if use_nvcc else []) + ["export_library"]
-
-    def body(step: Callable[[str], None]) -> tuple:
-        step("compile")
-        report = inspect(model, args.target, args.preset, shapes=_shapes(args.shapes), fp16=args.fp16,
-                         bind=_binds(args.bind), keep_source=True)
-        checked = None
-        if use_nvcc:
-            step("nvcc kernel check")
-            checked = compile_cuda_source(report.cuda_source or "", report.build.target)
-        step("export_library")
-        export_library(report.executable, out)
-        return report, checked
-
-    report, checked = _with_progress(steps, args.quiet, body)
-    fmt = library_device_code(out)
-    embedded = ("no CUDA module" if fmt is None else "CUDA source embedded (compiled by the GPU machine when it "
-                "loads the file)" if fmt not in BINARY_FORMATS else f"compiled CUDA device code embedded ({fmt})")
-    print(f"wrote {out}: preset {report.preset}, target {report.target}, {report.kernels} kernel launches "
-          f"({report.distinct_kernels} distinct kernels), compiled in {report.compile_seconds:.2f} s; {embedded}")
-    if checked is not None:
-        print(f"nvcc kernel check: ok, {report.distinct_kernels} kernels compiled for {checked.arch} "
-              f"in {checked.seconds:.2f} s")
-    else:
-        print("nvcc kernel check: skipped" + ("" if args.nvcc is False else " (nvcc not found)"))
+    built = _with_progress(STEPS, args.quiet, lambda step: build_library(
+        model, out, args.target, args.preset, shapes=_shapes(args.shapes), fp16=args.fp16, bind=_binds(args.bind),
+        weights_outside=args.weights_outside, embed_source=args.embed_source, progress=step))
+    print("\n".join(built.summary()))
     return 0
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from . import RUNTIME_ONLY
+    from .run import in_runtime_process, run, to_argv
+
+    return run(args) if RUNTIME_ONLY else in_runtime_process(to_argv(args))
 
 
 def _cmd_inspect(args: argparse.Namespace) -> int:
@@ -318,13 +303,22 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
 
-    p = sub.add_parser("compile", help="compile an ONNX model and export it as a shared library")
+    p = sub.add_parser("compile", help="compile an ONNX model and export it as a shared library (compiled "
+                                       "device code: the GPU machine needs the TVM runtime only)")
     _add_model_options(p)
     p.add_argument("-o", "--output", required=True, help="output file (.so)")
-    p.add_argument("--nvcc", action=argparse.BooleanOptionalAction, default=None,
-                   help="also compile the generated CUDA source with nvcc as a kernel check "
-                        "(default: on when a CUDA toolkit is found)")
+    p.add_argument("--embed-source", action="store_true",
+                   help="ship CUDA source instead of compiled device code (the GPU machine then compiles it at "
+                        "every load and needs a CUDA compiler)")
+    p.add_argument("--weights-outside", action="store_true",
+                   help="keep the weights out of the library, in OUTPUT_STEM.params.npz beside it (large models)")
     p.set_defaults(func=_cmd_compile)
+
+    p = sub.add_parser("run", help="run an exported library with the TVM runtime alone: outputs and timing")
+    from .run import add_arguments as _add_run_arguments
+
+    _add_run_arguments(p)
+    p.set_defaults(func=_cmd_run)
 
     p = sub.add_parser("inspect", help="report kernels, fused groups, traffic and fallbacks")
     _add_model_options(p)
@@ -383,7 +377,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
         if args.command is None:
             raise UsageError("tvm-ext: a command is required "
-                             "(compile, inspect, compare, check, measure, presets, devices, bench, demo)")
+                             "(compile, run, inspect, compare, check, measure, presets, devices, bench, demo)")
         logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, stream=sys.stderr,
                             format="%(levelname)s %(name)s: %(message)s")
         with _tf32_scope(args):

@@ -6,9 +6,10 @@ Steps (:func:`prepare`):
    initializers lose their data and keep a refill recipe (:mod:`tvm_ext.models.skeleton`).
 2. Move those initializers to graph *inputs*, after the real inputs, and import with
    :func:`tvm_ext.frontend.from_onnx` (fp16 when asked): ``main`` takes inputs then weights.
-3. Mark ``main`` with ``num_input`` and run ``relax.transform.LiftTransformParams``: what
-   depends on weights alone (transposes, reshapes, casts) moves to
-   ``main_transform_params``, which the measuring machine runs once before timing.
+3. Mark ``main`` with ``num_input`` and lift what depends on weights alone (transposes,
+   reshapes, casts) to ``main_transform_params``, which the measuring machine runs once
+   before timing (:func:`tvm_ext.deploy.weights.lift_weight_work`, as ``tvm-ext compile
+   --weights-outside`` does).
 
 So the exported library holds code and small constants only, and the weights are
 regenerated from the recipe on the GPU machine. Not folded at build time, because the
@@ -27,6 +28,8 @@ import onnx
 import tvm
 from tvm import relax
 
+from ..deploy.signature import TRANSFORM_PARAMS
+from ..deploy.weights import lift_weight_work
 from ..errors import BenchError
 from ..frontend.names import sanitize_value_names
 from ..models.skeleton import METADATA_KEY, is_skeleton, make_skeleton
@@ -38,7 +41,6 @@ from .weights import WeightTensor
 
 log = logging.getLogger(__name__)
 
-TRANSFORM_PARAMS = "main_transform_params"
 
 
 @dataclass
@@ -169,8 +171,7 @@ def prepare(source: ModelSource, *, fp16: bool = False) -> PreparedModel:
                              f"expected {w.shape} {param_dtype}")
     inputs = _input_specs(with_inputs.graph, main, n_inputs, corpus)
     outputs = _output_specs(with_inputs.graph, main)
-    mod["main"] = main.with_attr("num_input", n_inputs)
-    lifted = relax.transform.LiftTransformParams()(mod) if weights else mod
+    lifted = lift_weight_work(mod, n_inputs)
     lifted_names = {gv.name_hint for gv in lifted.get_global_vars()}
     return PreparedModel(source=source, dtype=param_dtype, mod=lifted, onnx_inputs=with_inputs, inputs=inputs,
                          outputs=outputs, weights=weights, transform_params=TRANSFORM_PARAMS in lifted_names,

@@ -97,12 +97,17 @@ def compile(  # noqa: A001 - mirrors tvm.compile
     Example
     -------
     >>> ex = tvm_ext.compile("bert_layer.onnx", "tvm_ext/h100", preset="baseline")
-    >>> tvm_ext.export_library(ex, "bert_layer.so")  # adds -lcudart if CUTLASS code is inside
+    >>> tvm_ext.export_library(ex, "bert_layer.so")  # compiled sm_90 SASS + PTX; -lcudart for CUTLASS code
+
+    The executable carries the input signature ``tvm-ext run`` reads (:mod:`tvm_ext.deploy.signature`).
     """
+    from ..deploy.signature import attach_signature, signature_of
     from .stages import build
 
+    tgt = resolve_target(target)
     mod = load_module(model, shapes=shapes, fp16=fp16, bind=bind)
-    return build(mod, resolve_target(target), preset, cuda_graph=cuda_graph).executable
+    mod = attach_signature(mod, signature_of(mod, tgt.kind.name))  # the inputs `tvm-ext run` feeds it
+    return build(mod, tgt, preset, cuda_graph=cuda_graph).executable
 
 
 __all__ = ["compile", "load_module", "register_pipelines", "register_preset_pipeline"]
