@@ -9,9 +9,9 @@
 
 Each uses the default preset (``full``: every technique's candidates, one cost-based selection)
 and all three give the same set of kernels. ``tir_pipeline="tvm_ext"`` marks kernels with an
-in-kernel grid barrier for cooperative launch. No GPU is needed: without a CUDA driver TVM
-generates the CUDA source and ``export_library`` embeds it; the GPU machine compiles it when it
-loads the file.
+in-kernel grid barrier for cooperative launch. No GPU is needed: ``tvm_ext.export_library``
+compiles the generated CUDA source with nvcc (SASS for the target's arch plus PTX), so the GPU
+machine loads the libraries with the TVM runtime alone (``tvm-ext run LIB``).
 
 Usage::
 
@@ -78,8 +78,8 @@ def main(argv: list[str] | None = None) -> int:
         kernels = global_kernel_names(cuda_source(ex))
         kernel_sets.append(sorted(kernels))
         path = out_dir / f"{model.stem}_way{i}.so"
-        ex.export_library(str(path))
-        print(f"way {label}: {len(kernels)} CUDA kernels, exported {path}")
+        exported = tvm_ext.export_library(ex, path)
+        print(f"way {label}: {len(kernels)} CUDA kernels, exported {path}: {exported.describe_device_code()}")
     same = all(k == kernel_sets[0] for k in kernel_sets)
     print(f"same set of kernels in all three: {same}")
     return 0 if same else 1
