@@ -3,7 +3,10 @@ from __future__ import annotations
 
 import tvm
 
+from .clip import lift_min_max
 from .fp16 import ConvertToFloat16
+from .pad import FoldPadIntoConv, lift_pad
+from .te_calls import LiftTECalls
 
 
 def canonicalize_passes() -> tvm.transform.Sequential:
@@ -13,17 +16,23 @@ def canonicalize_passes() -> tvm.transform.Sequential:
 
     1. ``ConvertToDataflow`` - put pure bindings in dataflow blocks (FoldConstant and the
        later fusion passes only look inside them).
-    2. ``FoldBatchnormToConv2D`` - fold an inference BatchNormalization that follows a
+    2. ``LiftTECalls`` - the importer's opaque ``call_tir`` Pad and Clip (``emit_te``) become
+       ``R.nn.pad`` (zero-width pads dropped) and ``R.maximum``/``R.minimum``
+       (:mod:`~tvm_ext.frontend.pad`, :mod:`~tvm_ext.frontend.clip`), so layout conversion,
+       fp16 and fusion see through them.
+    3. ``FoldBatchnormToConv2D`` - fold an inference BatchNormalization that follows a
        convolution with constant weights into the convolution's weights and a bias add.
-    3. ``DecomposeOpsForInference`` - rewrite the remaining ``batch_norm`` (and other
+    4. ``DecomposeOpsForInference`` - rewrite the remaining ``batch_norm`` (and other
        training-style composites such as ``tensor_to_shape``) into elementwise ops.
-    4. ``FoldConstant`` - evaluate every all-constant subexpression (transposed Gemm
+    5. ``FoldConstant`` - evaluate every all-constant subexpression (transposed Gemm
        weights, BN scale/shift, shape arithmetic of the importer).
-    5. ``RemoveRedundantReshape`` - drop no-op reshapes and collapse reshape chains.
-    6. ``CanonicalizeBindings`` - remove trivial ``y = x`` bindings (ONNX Identity,
+    6. ``FoldPadIntoConv`` - a zero spatial pad read only by a convolution joins its padding
+       when the merged padding is symmetric.
+    7. ``RemoveRedundantReshape`` - drop no-op reshapes and collapse reshape chains.
+    8. ``CanonicalizeBindings`` - remove trivial ``y = x`` bindings (ONNX Identity,
        Dropout) and tuple round trips.
-    7. ``EliminateCommonSubexpr`` - share identical computations.
-    8. ``DeadCodeElimination(["main"])`` - drop unused bindings and functions.
+    9. ``EliminateCommonSubexpr`` - share identical computations.
+    10. ``DeadCodeElimination(["main"])`` - drop unused bindings and functions.
     """
     from tvm.relax.transform import (  # local names keep the list readable
         CanonicalizeBindings, ConvertToDataflow, DeadCodeElimination,
@@ -34,9 +43,11 @@ def canonicalize_passes() -> tvm.transform.Sequential:
     return tvm.transform.Sequential(
         [
             ConvertToDataflow(min_size=1),
+            LiftTECalls([lift_pad, lift_min_max]),
             FoldBatchnormToConv2D(),
             DecomposeOpsForInference(),
             FoldConstant(),
+            FoldPadIntoConv,
             RemoveRedundantReshape(),
             CanonicalizeBindings(),
             EliminateCommonSubexpr(),
