@@ -4,10 +4,10 @@ The ``cutlass`` preset runs the first two as the generator's preparation passes
 (:class:`~tvm_ext.cutlass.generator.CutlassGenerator`) and chooses offloads by selection;
 :func:`offload_passes` is the technique as a pass list usable alone, before legalization
 (partition every match, each with :func:`~tvm_ext.cutlass.codegen.choose_config`'s
-configuration). Convolutions that CUTLASS may take are converted to NHWC/OHWI with one
-``ConvertLayout`` over the whole function, so layout transposes appear only where NCHW tensors
-enter or leave the NHWC region (model input and output), never around each convolution; weight
-transposes of constants are folded.
+configuration). Convolutions that CUTLASS may take are converted to NHWC/OHWI region by
+region (:mod:`~tvm_ext.cutlass.nhwc`): layout transposes appear only where NCHW tensors enter
+or leave a converted region, and a region is converted only when those are few per dense
+convolution; weight transposes of constants are folded.
 """
 from __future__ import annotations
 
@@ -24,10 +24,9 @@ from ..select.database import DATABASE_ENV, Database
 from .b2b import b2b_patterns
 from .b2b_conv import b2b_conv_patterns
 from .candidates import arch_number
-from .checks import dtype_of
+from .nhwc import convert_conv_to_nhwc
 from .padding import PadConvChannels
 from .patterns import CODEGEN_NAME, OP_KINDS, partition_for_cutlass
-from .precision import input_dtypes
 
 _LOG = logging.getLogger(__name__)
 
@@ -48,70 +47,6 @@ def offload_reason(target: tvm.target.Target) -> str | None:
     if arch_number(arch) < 80:
         return f"{arch} is older than sm_80"
     return None
-
-
-def _convs_to_convert(mod: tvm.IRModule) -> int:
-    count = 0
-
-    @relax.expr_functor.visitor
-    class _Finder(relax.PyExprVisitor):
-        def visit_call_(self, call):  # noqa: N802 - visitor API
-            nonlocal count
-            if isinstance(call.op, tvm.ir.Op) and call.op.name == "relax.nn.conv2d":
-                attrs = call.attrs
-                if (str(attrs.data_layout) != "NHWC" and int(attrs.groups) == 1
-                        and dtype_of(call.args[0]) in input_dtypes()):
-                    count += 1
-            super().visit_call_(call)
-
-    for _, func in mod.functions_items():
-        if isinstance(func, relax.Function):
-            _Finder().visit_expr(func)
-    return count
-
-
-def _count_transposes(mod: tvm.IRModule) -> int:
-    return sum(func.script().count("R.permute_dims") for _, func in mod.functions_items()
-               if isinstance(func, relax.Function))
-
-
-def _boundary_tensors(mod: tvm.IRModule) -> int:
-    """4-D inputs and outputs of the Relax functions: where entry/exit transposes may sit."""
-    count = 0
-    for _, func in mod.functions_items():
-        if not isinstance(func, relax.Function):
-            continue
-        types = [p.ty for p in func.params] + [func.ret_ty]
-        while types:
-            ty = types.pop()
-            if isinstance(ty, relax.TupleType):
-                types.extend(ty.fields)
-            elif isinstance(ty, relax.TensorType) and ty.ndim == 4:
-                count += 1
-    return count
-
-
-@tvm.transform.module_pass(opt_level=0, name="tvm_ext.cutlass.ConvertConvToNHWC")
-def convert_conv_to_nhwc(mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IRModule:
-    """NHWC/OHWI for every conv2d when at least one dense conv of an offloadable dtype (16-bit, or
-    float32 while TF32 is allowed) can be offloaded.
-
-    The conversion is kept only if it adds a bounded number of transposes where the NHWC region
-    begins and ends: at most ``2 + 2 * (4-D inputs and outputs)`` (e.g. ResNet-50: one after the
-    input, one before the classifier's reshape). Layout-opaque operators (e.g. ``call_tir`` pads
-    from an importer) would otherwise put a transpose pair around every convolution; then the
-    module is left in NCHW, its convolutions stay with TVM, and a warning says so.
-    """
-    if _convs_to_convert(mod) == 0:
-        return mod
-    before = _count_transposes(mod)
-    converted = relax.transform.FoldConstant()(relax.transform.ConvertLayout({"relax.nn.conv2d": ["NHWC", "OHWI"]})(mod))
-    added, allowed = _count_transposes(converted) - before, 2 + 2 * _boundary_tensors(mod)
-    if added > allowed:
-        _LOG.warning("NHWC conversion skipped: it would add %d layout transposes (at most %d may sit at the NHWC region's entries and exits); "
-                     "convolutions stay NCHW and are not offloaded to CUTLASS", added, allowed)
-        return mod
-    return converted
 
 
 def PartitionForCutlass(ops: tuple[str, ...] = OP_KINDS, extra_patterns=None) -> tvm.transform.Pass:  # noqa: N802
