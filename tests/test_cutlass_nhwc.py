@@ -168,3 +168,24 @@ def test_skeleton_dense_convs_all_offloadable_in_fp16(name):
     after, regions = convert_regions(mod)
     assert sum(r.converted for r in regions) == SKELETON_DENSE_CONVS[name]
     assert _offloaded_convs(after) == SKELETON_DENSE_CONVS[name]
+
+
+def test_global_pool_reads_nchw_and_leaves_the_layout_rule_alone_elsewhere():
+    w = relax.Var("w", relax.TensorType((8, 8, 1, 1), "float16"))
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((1, 8, 6, 6), "float16"))
+    with bb.function("main", [x, w]):
+        with bb.dataflow():
+            y = bb.emit(relax.op.nn.conv2d(relax.op.nn.conv2d(x, w), w))
+            pooled = bb.emit(relax.op.mean(y, axis=[2, 3], keepdims=True))
+            per_channel = bb.emit(relax.op.mean(y, axis=[1], keepdims=True))
+            out = bb.emit_output(relax.Tuple([pooled, per_channel]))
+        bb.emit_func_output(out)
+    after = convert_conv_to_nhwc(bb.get())
+    text = after["main"].script()
+    # the pool over H and W gets its input back in NCHW (contiguous reduction); the channel mean stays NHWC
+    assert text.count('data_layout="NHWC"') == 2
+    assert "axis=[2, 3]" in text and "axis=[3]" in text
+    # outside the conversion, TVM's own rule is used: a plain ConvertLayout keeps the pool in NHWC
+    plain = relax.transform.ConvertLayout({"relax.nn.conv2d": ["NHWC", "OHWI"]})(bb.get())["main"].script()
+    assert "axis=[1, 2]" in plain
