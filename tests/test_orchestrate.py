@@ -188,7 +188,7 @@ def test_candy_instance_norm_is_split_and_fused_into_its_neighbours():
     and fuses its second half with ReLU and Pad: four. Here at most four, fewer than TVM's own
     fusion, with or without fission whichever the model prices lower (on this block the
     unfissioned norm, ReLU and Pad stitched into one kernel), and the graph matches onnxruntime."""
-    from tvm_ext.driver.fission_choice import FISSION_ATTR
+    from tvm_ext.driver.graph_choice import FISSION_ATTR
 
     from tvm_ext.frontend import from_onnx
     from tvm_ext.testing.oracle import check_model

@@ -62,7 +62,11 @@ class Preset:
     fission : bool
         Split operators into primitives first (Korch's fission, :class:`tvm_ext.fission.Fission`)
         where the cost model prices the selection lower than without it
-        (:class:`~tvm_ext.driver.fission_choice.CheaperOfFission`, whole module).
+        (:class:`~tvm_ext.driver.graph_choice.CheaperOf`, whole module).
+    horizontal : bool
+        Combine independent GEMMs sharing an input (SOUFFLE's horizontal transform,
+        :class:`tvm_ext.subprogram.HorizontalMatmul`) where the cost model prices the selection
+        lower than without it (:class:`~tvm_ext.driver.graph_choice.CheaperOf`, whole module).
     """
 
     name: str
@@ -76,6 +80,7 @@ class Preset:
     cuda_graph: bool = False
     recompute: bool = False
     fission: bool = False
+    horizontal: bool = False
 
     def __post_init__(self) -> None:
         if self.recompute and self.selector != "blp":
@@ -155,8 +160,8 @@ def register_builtin_presets() -> None:
                            generators=("cutlass",), rest="fuseops", techniques=("cutlass",)))
     register_preset(Preset("full", "every technique's candidates, one BLP selection by the cost model, CUDA graphs",
                            generators=("cutlass", "stitch", "dlight", "fuseops", "orchestrate_small"), selector="blp",
-                           tir_pipeline="tvm_ext", techniques=("cutlass", "stitch", "orchestrate"), cuda_graph=True,
-                           recompute=True))
+                           tir_pipeline="tvm_ext", techniques=("cutlass", "stitch", "orchestrate", "subprogram"),
+                           cuda_graph=True, recompute=True, horizontal=True))
     register_preset(Preset("orchestrate", "Korch: operator fission, convex candidate kernels from execution "
                                           "states, BLP selection with recomputation",
                            generators=("dlight", "fuseops", "orchestrate"), selector="blp", tir_pipeline="tvm_ext",

@@ -53,8 +53,9 @@ from ..select.generator import get_generator
 from ..select.origin import RecordOrigin
 from ..select.select_pass import SelectKernels
 from ..select.selector import PrioritySelector
+from ..subprogram import HorizontalMatmul
 from .apply_plans import ApplyPlans, refused_kernels
-from .fission_choice import CheaperOfFission
+from .graph_choice import FISSION_ATTR, HORIZONTAL_CHOICE_ATTR, CheaperOf
 from .presets import Preset, get_preset
 
 #: PassContext option of TVM's ``RewriteCUDAGraph`` (capture static parts of ``main`` in CUDA graphs).
@@ -150,7 +151,9 @@ def preset_passes(preset: str | Preset, target: tvm.target.Target,
         rest = fuse_ops if p.rest == "fuseops" else []
         fuse = prepare + dispatch + [RecordOrigin()] + legal + [select] + codegen + rest
         if p.fission:   # Korch's fission where the cost model says it pays (whole module)
-            fuse = [CheaperOfFission([Fission(), *fuse], fuse)]
+            fuse = [CheaperOf("fission", FISSION_ATTR, Fission(), fuse, keep_on_tie=True)]
+        if p.horizontal:   # SOUFFLE's horizontal transform, likewise
+            fuse = [CheaperOf("horizontal", HORIZONTAL_CHOICE_ATTR, HorizontalMatmul(), fuse)]
         fuse_tir = [FuseTIRKeepPlans()]
     if not is_gpu_target(target):
         return StagePasses(fuse, fuse_tir, [], [relax.get_pipeline("default_build")])
