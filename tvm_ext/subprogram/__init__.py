@@ -2,14 +2,29 @@
 
 Built:
 
+* :mod:`.te_graph` — the whole-model TE dependency graph over :class:`~tvm_ext.graph.OpGraph` and
+  the access maps of :mod:`tvm_ext.analysis`: one-relies-on-one / one-relies-on-many edges,
+  intensity classes (threshold 3 operations per element), spatial and temporal reuse, live ranges.
 * :mod:`.horizontal` — the horizontal transform as a Relax pass: independent GEMMs sharing an
   input become one GEMM with concatenated weights (Q/K/V, gate/up); ``full`` applies it where
   the cost model prices the selection lower (:class:`tvm_ext.driver.graph_choice.CheaperOf`).
+* :mod:`.te_horizontal` — the horizontal transform on TEs (Fig. 3): independent TEs stacked
+  along an axis with range predicates and offsets, for TEs that share no GEMM operand.
+* :mod:`.vertical` — the vertical transform: chains of one-relies-on-one TEs composed into one
+  quasi-affine index map (consumer first; Fig. 4's printed result is wrong), the compute
+  producer each chain attaches to, and the chain inlined inside a PrimFunc.
 
 Not built yet (issue 14, items 4-7): the resource-bounded partition into subprograms, the
 merged multi-stage kernel (one PrimFunc per subprogram, grid sync, two-phase reductions,
-cooperative launch), cross-stage optimisation, the ``subprogram`` preset and its candidates.
+cooperative launch; :mod:`.te_horizontal` and :mod:`.vertical` are its building blocks),
+cross-stage optimisation, the ``subprogram`` preset and its candidates in ``full``.
 """
 from .horizontal import HORIZONTAL_ATTR, HorizontalMatmul, combine_function
+from .te_graph import INTENSITY_THRESHOLD, Dependence, Reuse, ReuseKind, TEEdge, TEGraph, edge_dependence
+from .te_horizontal import stack_computes
+from .vertical import IndexMap, VerticalChain, index_map, inline_one_to_one, vertical_chains
 
-__all__ = ["HORIZONTAL_ATTR", "HorizontalMatmul", "combine_function"]
+__all__ = ["HORIZONTAL_ATTR", "HorizontalMatmul", "combine_function",
+           "INTENSITY_THRESHOLD", "Dependence", "Reuse", "ReuseKind", "TEEdge", "TEGraph", "edge_dependence",
+           "stack_computes",
+           "IndexMap", "VerticalChain", "index_map", "inline_one_to_one", "vertical_chains"]
