@@ -16,7 +16,9 @@ concat); variable operands (weights kept as parameters) get an ``R.concat`` in f
 Conditions for a branch ``y_i = [R.add(] R.matmul(x, w_i) [, b_i)]`` to join a group: ``x`` is a
 variable; every ``w_i`` has the same rank (>= 2), dtype and batch dimensions and the matmuls the
 same ``out_dtype``; variable weights are defined before the group's first matmul (so no branch
-depends on another). A bias joins only when every branch has one (constant or variable,
+depends on another). A weight ``permute_dims(w)`` read by the matmul alone (a Linear layer as
+the importers write it) is taken along: folded when ``w`` is a constant, re-emitted in front of
+the concat otherwise, so it only needs ``w`` to be available. A bias joins only when every branch has one (constant or variable,
 broadcast along the last axis only) and the matmul result has no other use; otherwise the adds
 stay on the branches. Anything else is left unchanged and logged.
 
@@ -37,6 +39,7 @@ logger = logging.getLogger(__name__)
 
 _MATMUL = tvm.ir.Op.get("relax.matmul")
 _ADD = tvm.ir.Op.get("relax.add")
+_PERMUTE = tvm.ir.Op.get("relax.permute_dims")
 
 #: Module attribute: number of matmuls merged and groups formed, as ``"merged/groups"``.
 HORIZONTAL_ATTR = "tvm_ext.horizontal_merged"
@@ -49,6 +52,7 @@ class _Branch:
     out_var: relax.Var        # the var the rest of the function reads (the add's, or the matmul's)
     bias: relax.Expr | None = None
     bias_var: relax.Var | None = None   # the add binding folded into the group
+    weight_var: relax.Var | None = None   # a ``permute_dims(w)`` binding folded into the group
 
 
 @dataclass
@@ -122,8 +126,21 @@ class _Planner:
         self.uses.visit_expr(func)
         self.params = set(func.params)
 
+    def _weight(self, rhs, bound: dict, position: dict, head: int) -> tuple[relax.Expr | None, relax.Var | None]:
+        """The weight expression of a branch and the permute binding it absorbs, or (None, None)
+        when the weight is not available at the group's first matmul."""
+        value = bound.get(rhs)
+        if value is not None and _is_call(value, _PERMUTE) and self.uses.count.get(rhs, 0) == 1:
+            src = value.args[0]   # Linear layers: matmul(x, permute_dims(w)); re-emitted with the group
+            if isinstance(src, tvm.ir.Constant) or position.get(src, -1) < head:
+                return value, rhs
+        if isinstance(rhs, relax.Var) and position.get(rhs, -1) >= head:
+            return None, None
+        return rhs, None
+
     def plan(self, block) -> list[_Group]:
         position = {b.var: k for k, b in enumerate(block.bindings)}
+        bound = {b.var: b.value for b in block.bindings if isinstance(b, relax.VarBinding)}
         groups: dict[tuple, _Group] = {}
         first: dict[tuple, int] = {}
         for k, binding in enumerate(block.bindings):
@@ -140,12 +157,15 @@ class _Planner:
             key = (lhs, len(w_shape), w_shape[:-2], str(rhs.ty.dtype), str(value.attrs.out_dtype),
                    len(out_shape))
             first.setdefault(key, k)
-            if isinstance(rhs, relax.Var) and position.get(rhs, -1) >= first[key]:
+            weight, weight_var = self._weight(rhs, bound, position, first[key])
+            if weight is None:
                 logger.info("horizontal: %s left alone (its weight is computed after the group's first matmul)",
                             binding.var.name)
                 continue
             group = groups.setdefault(key, _Group(lhs, value.attrs.out_dtype))
-            group.branches.append(self._branch(binding, out_shape, position, first[key]))
+            branch = self._branch(binding, out_shape, position, first[key])
+            branch.weight, branch.weight_var = weight, weight_var
+            group.branches.append(branch)
         out = [g for g in groups.values() if len(g.branches) > 1]
         for g in out:
             if any(br.bias is None for br in g.branches):
@@ -167,10 +187,21 @@ class _Planner:
         return branch
 
 
+def _constant(expr) -> np.ndarray | None:
+    """The value of a constant or of ``permute_dims`` of a constant, else None."""
+    if isinstance(expr, tvm.ir.Constant):
+        return expr.value.numpy()
+    if _is_call(expr, _PERMUTE) and isinstance(expr.args[0], tvm.ir.Constant):
+        axes = expr.attrs.axes
+        return np.transpose(expr.args[0].value.numpy(), None if axes is None else [int(a) for a in axes])
+    return None
+
+
 def _concat(operands: list, axis: int) -> relax.Expr:
     """Constants concatenated now; anything else by an ``R.concat``."""
-    if all(isinstance(o, tvm.ir.Constant) for o in operands):
-        return relax.const(np.concatenate([o.value.numpy() for o in operands], axis=axis))
+    values = [_constant(o) for o in operands]
+    if all(v is not None for v in values):
+        return relax.const(np.concatenate(values, axis=axis))
     return relax.op.concat(relax.Tuple(operands), axis=axis)
 
 
@@ -188,7 +219,8 @@ class _Rewriter(relax.PyExprMutator):
     def __init__(self, mod: tvm.IRModule, groups: list[_Group]):
         super().__init__(mod)
         self.heads = {g.branches[0].matmul_var: g for g in groups}
-        self.dropped = {v for g in groups for br in g.branches for v in (br.matmul_var, br.bias_var) if v is not None}
+        self.dropped = {v for g in groups for br in g.branches for v in (br.matmul_var, br.bias_var, br.weight_var)
+                        if v is not None}
 
     def visit_var_binding_(self, binding) -> None:
         group = self.heads.get(binding.var)
