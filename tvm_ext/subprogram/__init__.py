@@ -13,18 +13,23 @@ Built:
 * :mod:`.vertical` — the vertical transform: chains of one-relies-on-one TEs composed into one
   quasi-affine index map (consumer first; Fig. 4's printed result is wrong), the compute
   producer each chain attaches to, and the chain inlined inside a PrimFunc.
+* :mod:`.partition` — the resource-bounded partition into subprograms (cuts at compute-intensive
+  nodes when the largest grid no longer fits the blocks resident with the largest block).
 
-Not built yet (issue 14, items 4-7): the resource-bounded partition into subprograms, the
-merged multi-stage kernel (one PrimFunc per subprogram, grid sync, two-phase reductions,
-cooperative launch; :mod:`.te_horizontal` and :mod:`.vertical` are its building blocks),
-cross-stage optimisation, the ``subprogram`` preset and its candidates in ``full``.
+Not built yet (issue 14, items 5-7): the merged multi-stage kernel (one PrimFunc per
+subprogram, grid sync, two-phase reductions, cooperative launch; :mod:`.te_horizontal`,
+:mod:`.vertical` and :mod:`.partition` are its building blocks), cross-stage optimisation, the
+``subprogram`` preset and its candidates in ``full``. Nothing but the horizontal pass is used by
+the driver yet.
 """
 from .horizontal import HORIZONTAL_ATTR, HorizontalMatmul, combine_function
+from .partition import Subprogram, dlight_shapes, partition, resident_blocks
 from .te_graph import INTENSITY_THRESHOLD, Dependence, Reuse, ReuseKind, TEEdge, TEGraph, edge_dependence
 from .te_horizontal import stack_computes
 from .vertical import IndexMap, VerticalChain, index_map, inline_one_to_one, vertical_chains
 
 __all__ = ["HORIZONTAL_ATTR", "HorizontalMatmul", "combine_function",
+           "Subprogram", "dlight_shapes", "partition", "resident_blocks",
            "INTENSITY_THRESHOLD", "Dependence", "Reuse", "ReuseKind", "TEEdge", "TEGraph", "edge_dependence",
            "stack_computes",
            "IndexMap", "VerticalChain", "index_map", "inline_one_to_one", "vertical_chains"]
