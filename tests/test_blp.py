@@ -263,3 +263,19 @@ def test_recomputation_needs_the_graph_and_members():
         solve_cover([{0, 1}, {1}], [1.0, 1.0], recomputes=[{0}, set()])
     with pytest.raises(SelectionError, match="subset"):
         solve_cover([{0}, {1}], [1.0, 1.0], recomputes=[{1}, set()])
+
+
+def test_time_limit_without_incumbent_falls_back_to_one_kernel_per_node(monkeypatch):
+    import types
+
+    import scipy.optimize
+
+    def no_incumbent(**_kwargs):
+        return types.SimpleNamespace(x=None, status=1, message="Time limit reached")
+
+    monkeypatch.setattr(scipy.optimize, "milp", lambda *a, **k: no_incumbent(**k))
+    sets = [{0}, {1}, {2}, {0, 1}, {1, 2}]
+    cover = solve_cover(sets, [1.0, 1.0, 1.0, 0.5, 0.5], producers={1: [0], 2: [1]})
+    assert sorted(cover.chosen) == [0, 1, 2] and cover.statuses == ["time limit (singletons)"]
+    with pytest.raises(SelectionError, match="no exact acyclic cover"):  # no singleton for node 2
+        solve_cover([{0}, {1}, {1, 2}], [1.0, 1.0, 1.0], producers={1: [0], 2: [1]})

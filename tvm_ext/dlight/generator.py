@@ -30,6 +30,7 @@ from tvm import relax, tirx
 from ..hardware import DeviceSpec
 from ..select.candidate import Candidate, CodePath
 from ..select.context import SelectionContext
+from ..select.emit import EmitError
 from ..select.generator import ScheduledKernel, get_generator, register_generator
 from ..select.origin import trace_partition
 from ..select.groups import compute_groups
@@ -87,7 +88,10 @@ class DlightGenerator:
         """Compute groups first, then every call node alone."""
         out = []
         for group in compute_groups(ctx.graph):
-            out.append(self.candidate(ctx, group, "compute", "compute node with its epilogue chain"))
+            try:
+                out.append(self.candidate(ctx, group, "compute", "compute node with its epilogue chain"))
+            except EmitError as err:
+                ctx.drop(self.name, group, str(err))
         for n in ctx.call_nodes():
             out.append(self.candidate(ctx, (n,), "single", "node alone"))
         return out
@@ -95,7 +99,13 @@ class DlightGenerator:
     def candidate(self, ctx: SelectionContext, nodes, group: str, provenance: str,
                   recomputes: tuple[int, ...] = ()) -> Candidate:
         """The dlight candidate over ``nodes`` (scheduled once per signature), recomputing
-        ``recomputes``."""
+        ``recomputes``.
+
+        Raises
+        ------
+        EmitError
+            The nodes cannot be fused into one PrimFunc.
+        """
         members = ctx.ordered(nodes)
         key = ("dlight", ctx.signature(members, recomputes))
 
@@ -112,8 +122,12 @@ class DlightGenerator:
     def extend(self, ctx: SelectionContext, cand: Candidate, recompute: tuple[int, ...]) -> Candidate | None:
         """``cand``'s kernel also recomputing the nodes ``recompute`` (see :mod:`tvm_ext.select.recompute`)."""
         names = ", ".join(ctx.graph.nodes[n].func_name for n in recompute)
-        return self.candidate(ctx, cand.nodes + recompute, cand.plan.group, f"{cand.provenance}; recomputes {names}",
-                              tuple(sorted({*cand.recomputes, *recompute})))
+        try:
+            return self.candidate(ctx, cand.nodes + recompute, cand.plan.group,
+                                  f"{cand.provenance}; recomputes {names}", tuple(sorted({*cand.recomputes, *recompute})))
+        except EmitError as err:
+            ctx.drop(self.name, cand.nodes + recompute, str(err))
+            return None
 
     def schedule(self, func: tirx.PrimFunc, plan: DlightPlan, device: DeviceSpec) -> ScheduledKernel:
         """Apply the plan's rule (the next rule in dlight's order if it raises, reported)."""

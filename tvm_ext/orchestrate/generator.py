@@ -38,6 +38,7 @@ from tvm import tirx
 from ..hardware import DeviceSpec
 from ..select.candidate import Candidate
 from ..select.context import SelectionContext
+from ..select.emit import EmitError
 from ..select.generator import ScheduledKernel, get_generator, register_generator
 from ..select.groups import is_compute_intensive
 from ..select.plan import Plan
@@ -138,7 +139,11 @@ class OrchestrateGenerator:
             return None     # dlight's GEMM rules write one result (Korch's single-output kernels)
         else:
             builder = "dlight"
-            inner = get_generator("dlight").candidate(ctx, members, "orchestrate", "orchestrate: convex set")
+            try:
+                inner = get_generator("dlight").candidate(ctx, members, "orchestrate", "orchestrate: convex set")
+            except EmitError as err:
+                ctx.drop(self.name, members, str(err))
+                return None
         if inner is None:
             return None
         plan = OrchestratePlan(builder, inner.plan)

@@ -27,7 +27,8 @@ The problem splits exactly into independent parts: candidates that share no node
 write-read constraint, directly or through a chain of candidates (or a cut), never constrain
 each other, so each connected part is solved alone (a transformer's layers are separate parts
 unless a candidate spans two). Each part is solved by HiGHS (``scipy.optimize.milp``) with a
-time limit; on timeout the best cover found so far is kept and the selection's notes say so.
+time limit; on timeout the best cover found so far is kept and the selection's notes say so
+(when HiGHS has found none, every node of the part becomes a kernel of its own).
 
 Example
 -------
@@ -207,10 +208,24 @@ def _solve_part(part: _Part, time_limit_s: float) -> tuple[list[int], str]:
         constraints.append(LinearConstraint(_rows(needs, width), ub=0))
     res = milp(c=np.asarray(part.prices, dtype=float), integrality=np.ones(width), bounds=Bounds(0, 1),
                constraints=constraints, options={"time_limit": time_limit_s})
+    if res.x is None and res.status == _LIMIT:
+        singles = _singleton_cover(sets, elements, part.shared)
+        if singles is not None:  # no incumbent in time: every node alone is a valid cover
+            logger.warning("the selector found no cover of %d nodes by %d candidates within %g s; "
+                           "every node stays a kernel of its own", len(elements), width, time_limit_s)
+            return singles, "time limit (singletons)"
     if res.x is None or res.status not in (_SOLVED, _LIMIT):
         raise SelectionError(f"no exact acyclic cover of {len(elements)} nodes by {width} candidates "
                              f"({res.message})")
     return [j for j, v in enumerate(res.x) if v > 0.5], "optimal" if res.status == _SOLVED else "time limit"
+
+
+def _singleton_cover(sets: list[frozenset[int]], elements: list[int], shared: frozenset[int]) -> list[int] | None:
+    """The one-node sets covering ``elements`` and ``shared`` (always feasible: one kernel per node writes
+    every value, and one-node kernels cannot form a cycle), or None when some node has no such set."""
+    single = {next(iter(s)): j for j, s in enumerate(sets) if len(s) == 1}
+    nodes = [*elements, *sorted(shared)]
+    return sorted(single[n] for n in nodes) if all(n in single for n in nodes) else None
 
 
 @dataclass
@@ -383,9 +398,11 @@ class BlpSelector:
         picked_all, statuses = cover.chosen, cover.statuses
         picked_all.sort(key=lambda i: ctx.ordered(candidates[i].nodes)[0])
         chosen = [candidates[i] for i in picked_all]
-        limited = statuses.count("time limit")
+        limited = sum(s.startswith("time limit") for s in statuses)
         note = (f"{len(statuses)} parts solved to optimality" if not limited
-                else f"{limited} of {len(statuses)} parts hit the {self.time_limit_s:g} s time limit (best cover kept)")
+                else f"{limited} of {len(statuses)} parts hit the {self.time_limit_s:g} s time limit (best cover kept"
+                     + (", or one kernel per node where none was found)" if "time limit (singletons)" in statuses
+                        else ")"))
         if cover.cuts:
             note += f"; {cover.cuts} kernel cycle(s) cut away"
         if cover.recomputed:

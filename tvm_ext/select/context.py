@@ -22,6 +22,7 @@ import tvm
 import tvm_ffi
 from tvm import relax, tirx
 
+from ..errors import TVM_ERRORS
 from ..graph import OpGraph
 from ..hardware import DeviceSpec
 from .emit import EmitError, Rebind, call_bindings, emit_groups, var_refs
@@ -147,7 +148,8 @@ class SelectionContext:
         Raises
         ------
         EmitError
-            The set is not convex, spans binding blocks, or holds a node without a PrimFunc.
+            The set is not convex, spans binding blocks, holds a node without a PrimFunc, or
+            TVM's ``FuseTIR`` cannot fuse it.
         """
         members = self.ordered(nodes)
         recomputes = tuple(recomputes)
@@ -172,10 +174,20 @@ def kernel_key(func: tirx.PrimFunc, plan) -> str:
 
 def fuse_nodes(mod: tvm.IRModule, func_name: str, nodes: Sequence[int], recomputes: Sequence[int] = ()) -> tirx.PrimFunc:
     """Fuse the call bindings ``nodes`` of ``mod[func_name]`` into one PrimFunc, in a module of
-    their own (see :func:`subgraph_module`)."""
+    their own (see :func:`subgraph_module`).
+
+    Raises
+    ------
+    EmitError
+        The nodes span several binding blocks, or ``FuseTIR`` fails on them.
+    """
     sub = subgraph_module(mod, func_name, nodes, recomputes)
     fused, given = emit_groups(sub, [list(range(len(nodes)))], func_name="main", names=["fused_candidate"])
-    fused = relax.transform.FuseTIR()(fused)
+    try:
+        fused = relax.transform.FuseTIR()(fused)
+    except TVM_ERRORS as err:  # e.g. two views of one value with different buffer types
+        first = (str(err).strip().splitlines() or [""])[0]
+        raise EmitError(f"TVM's FuseTIR cannot fuse these {len(nodes)} nodes: {first[:200]}") from None
     return fused[given[0]]
 
 

@@ -36,6 +36,7 @@ from ..graph import sblocks
 from ..hardware import DeviceSpec
 from ..select.candidate import Candidate, CodePath, LaunchShape, boundary_bytes
 from ..select.context import SelectionContext
+from ..select.emit import EmitError
 from ..select.generator import ScheduledKernel, ScheduleRefused, register_generator
 from .planner import PlanOptions, StitchPlanError, plan_prim_func
 from .plans import StitchKernelPlan, realize
@@ -181,7 +182,7 @@ class StitchGenerator:
                 if group.kind == "prologue":
                     return StitchKernelPlan("prologue", tiles=plan_prologue_tiles(func, ctx.device))
                 return StitchKernelPlan(group.kind, group.parts, stitch=plan_prim_func(func, ctx.device, self.options))
-            except (StitchPlanError, StitchScheduleError) as err:
+            except (StitchPlanError, StitchScheduleError, EmitError) as err:
                 return str(err)
 
         made = ctx.memo(("stitch", group.kind, group.parts, ctx.signature(members, recomputes)), plan)

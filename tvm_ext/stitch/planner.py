@@ -310,10 +310,14 @@ def plan_prim_func(func: tirx.PrimFunc, spec: DeviceSpec, options: PlanOptions |
     Raises
     ------
     StitchPlanError
-        The function has no stitchable structure (several writes per block, symbolic shapes),
-        or no mapping fits the device.
+        The function has no stitchable structure (several writes per block, symbolic shapes,
+        empty tensors), or no mapping fits the device.
     """
     options = options or PlanOptions()
+    empty = [p.name for p in func.params
+             if any(isinstance(d, tirx.IntImm) and int(d) == 0 for d in getattr(p.ty, "shape", None) or ())]
+    if empty:  # nothing to stitch; TVM's default lowering handles empty tensors
+        raise StitchPlanError(f"tensor(s) {', '.join(empty)} have no elements")
     try:
         g0 = StitchGraph.from_prim_func(func)
     except StitchOpError as err:
