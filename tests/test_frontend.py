@@ -20,6 +20,7 @@ from tvm_ext.frontend import (
     unsupported_ops,
 )
 from tvm_ext.models import BUNDLED, bert_layer, conv_block
+from tvm_ext.testing.onnx_graphs import onnx_model, tensor_info
 
 LLVM = tvm.target.Target({"kind": "llvm"})
 SMALL_BERT = dict(batch=2, seq=16, hidden=32, heads=4, intermediate=64)
@@ -46,15 +47,7 @@ def _ops(mod: tvm.IRModule) -> list[str]:
     return names
 
 
-def _model(nodes, inputs, outputs, initializers=(), opset=17) -> onnx.ModelProto:
-    graph = helper.make_graph(nodes, "test", inputs, outputs, initializer=list(initializers))
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-    model.ir_version = 8
-    return model
-
-
-def _vi(name, shape, elem=TensorProto.FLOAT):
-    return helper.make_tensor_value_info(name, elem, shape)
+_model, _vi = onnx_model, tensor_info
 
 
 @pytest.fixture(scope="module")

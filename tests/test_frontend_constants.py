@@ -14,19 +14,16 @@ from tvm_ext.frontend import from_onnx
 from tvm_ext.frontend.bind import bind_inputs, constant_operand_inputs, parse_bind_arg
 from tvm_ext.frontend.constant_nodes import normalize_constant_nodes
 from tvm_ext.frontend.shape_folding import fold_shape_arithmetic
+from tvm_ext.testing.onnx_graphs import onnx_model, tensor_info
 
 LLVM = tvm.target.Target({"kind": "llvm"})
 
 
 def _model(nodes, inputs, outputs, initializers=(), opset=18) -> onnx.ModelProto:
-    graph = helper.make_graph(nodes, "g", inputs, outputs, initializer=list(initializers))
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-    model.ir_version = 8
-    return model
+    return onnx_model(nodes, inputs, outputs, initializers, opset=opset)
 
 
-def _vi(name, shape, elem=TensorProto.FLOAT):
-    return helper.make_tensor_value_info(name, elem, shape)
+_vi = tensor_info
 
 
 def _run(mod: tvm.IRModule, *args: np.ndarray) -> np.ndarray:

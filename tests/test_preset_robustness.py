@@ -6,14 +6,12 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from tvm_ext.frontend import from_onnx
+from tvm_ext.testing.onnx_graphs import onnx_model
 from tvm_ext.testing.oracle import build_cpu, run_cpu
 
 
 def _model(nodes, inputs, outputs, inits=(), opset=13):
-    graph = helper.make_graph(nodes, "g", inputs, outputs, initializer=list(inits))
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-    model.ir_version = 8
-    return model
+    return onnx_model(nodes, inputs, outputs, inits, opset=opset)
 
 
 @pytest.mark.parametrize("preset", ["stitch", "full"])
