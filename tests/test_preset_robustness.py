@@ -37,3 +37,14 @@ def test_sets_fusetir_refuses_are_dropped(preset):
     out = run_cpu(build_cpu(from_onnx(model), preset),
                   {"data": data, "indices": np.array([[1, 3]]), "updates": np.array([[1.1, 2.1]], "float32")})
     np.testing.assert_allclose(out[0], [[1.0, 1.1, 3.0, 2.1, 5.0]])
+
+
+@pytest.mark.slow
+def test_segformer_full_builds_when_fusetir_binds_one_buffer_twice():
+    # Segformer-B0 fp16: a stitch group over two reshape views of one value made FuseTIR bind one
+    # buffer to two parameters; the set must be dropped, not crash the build
+    from tvm_ext.inspect import inspect
+    from tvm_ext.models.skeleton import resolve_models
+
+    report = inspect(resolve_models(["segformer_b0_b1_fp32"])[0], "tvm_ext/h100", "full", fp16=True)
+    assert 0 < report.kernels < 191  # baseline launches 191

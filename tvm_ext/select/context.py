@@ -179,7 +179,8 @@ def fuse_nodes(mod: tvm.IRModule, func_name: str, nodes: Sequence[int], recomput
     Raises
     ------
     EmitError
-        The nodes span several binding blocks, or ``FuseTIR`` fails on them.
+        The nodes span several binding blocks, or ``FuseTIR`` fails on them or returns an
+        ill-formed function.
     """
     sub = subgraph_module(mod, func_name, nodes, recomputes)
     fused, given = emit_groups(sub, [list(range(len(nodes)))], func_name="main", names=["fused_candidate"])
@@ -188,7 +189,13 @@ def fuse_nodes(mod: tvm.IRModule, func_name: str, nodes: Sequence[int], recomput
     except TVM_ERRORS as err:  # e.g. two views of one value with different buffer types
         first = (str(err).strip().splitlines() or [""])[0]
         raise EmitError(f"TVM's FuseTIR cannot fuse these {len(nodes)} nodes: {first[:200]}") from None
-    return fused[given[0]]
+    func = fused[given[0]]
+    params = list(func.params)
+    if any(a.same_as(b) for i, a in enumerate(params) for b in params[i + 1:]):
+        # one value read through two views (e.g. reshapes) can come out as one buffer in two params
+        raise EmitError(f"TVM's FuseTIR made an ill-formed function of these {len(nodes)} nodes "
+                        "(one buffer bound to two parameters)")
+    return func
 
 
 def subgraph_module(mod: tvm.IRModule, func_name: str, nodes: Sequence[int],

@@ -177,8 +177,8 @@ class StitchGenerator:
         members = ctx.ordered(group.nodes)
 
         def plan() -> StitchKernelPlan | str:
-            func = ctx.fused_function(members, recomputes)
             try:
+                func = ctx.fused_function(members, recomputes)
                 if group.kind == "prologue":
                     return StitchKernelPlan("prologue", tiles=plan_prologue_tiles(func, ctx.device))
                 return StitchKernelPlan(group.kind, group.parts, stitch=plan_prim_func(func, ctx.device, self.options))
