@@ -14,6 +14,7 @@ from tvm_ext.analysis import func_access_maps
 from tvm_ext.graph import OpGraph
 from tvm_ext.subprogram.te_graph import Dependence, ReuseKind, TEGraph
 from tvm_ext.subprogram.vertical import IndexMap, index_map, inline_one_to_one, vertical_chains
+from relax_examples import Attention
 
 LLVM = tvm.target.Target({"kind": "llvm"})
 
@@ -127,22 +128,6 @@ def test_vertical_chain_attaches_to_the_gemm():
     assert chain.source == "y" and chain.output == "e" and chain.attach == graph.node("y").index
     assert chain.index_map.matrix() == (((0, 1, 0), (8, 0, 1)), (0, 0))
     assert chain.side_reads["b"].matrix() == (((8, 0, 1),), (0,))
-
-
-@I.ir_module
-class Attention:
-    @R.function
-    def main(x: R.Tensor((8, 16), "float32"), wq: R.Tensor((16, 16), "float32"), wk: R.Tensor((16, 16), "float32"),
-             wv: R.Tensor((16, 16), "float32")):
-        with R.dataflow():
-            q = R.matmul(x, wq)
-            k = R.matmul(x, wk)
-            v = R.matmul(x, wv)
-            s = R.matmul(q, R.permute_dims(k))
-            o = R.matmul(s, v)
-            res = R.add(o, x)
-            R.output(res)
-        return res
 
 
 def test_reuse_spatial_qkv_then_temporal_residual():

@@ -12,25 +12,10 @@ from tvm_ext.hardware import device_from_target
 from tvm_ext.select.candidate import LaunchShape
 from tvm_ext.subprogram.partition import partition, resident_blocks
 from tvm_ext.subprogram.te_graph import TEGraph
+from relax_examples import Attention
 
 H100 = device_from_target(tvm.target.Target("tvm_ext/h100"))
 SMALL = LaunchShape(grid=8, threads=128)
-
-
-@I.ir_module
-class Attention:
-    @R.function
-    def main(x: R.Tensor((8, 16), "float32"), wq: R.Tensor((16, 16), "float32"), wk: R.Tensor((16, 16), "float32"),
-             wv: R.Tensor((16, 16), "float32")):
-        with R.dataflow():
-            q = R.matmul(x, wq)
-            k = R.matmul(x, wk)
-            v = R.matmul(x, wv)
-            s = R.matmul(q, R.permute_dims(k))
-            o = R.matmul(s, v)
-            res = R.add(o, x)
-            R.output(res)
-        return res
 
 
 @I.ir_module

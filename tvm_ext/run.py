@@ -30,7 +30,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     """The options of the run command."""
     p.add_argument("library", help="exported library (.so) from tvm-ext compile or tvm_ext.export_library")
     p.add_argument("--inputs", metavar="FILE.npz", help="inputs by name (default: random, from the library's signature)")
-    p.add_argument("--params", metavar="FILE.npz", help="weights of a library compiled with --weights-file "
+    p.add_argument("--params", metavar="FILE.npz", help="weights of a library compiled with --weights-outside "
                                                         "(default: the file it names, next to it)")
     p.add_argument("--warmup", type=int, default=10, help="untimed runs before timing (default 10)")
     p.add_argument("--runs", type=int, default=100, help="timed runs (default 100; 0: no timing)")
@@ -64,8 +64,26 @@ def _summary(array: np.ndarray) -> str:
     return f"{tuple(array.shape)} {array.dtype}  [{head}{', ...' if flat.size > 4 else ''}]  {stats}"
 
 
+def report_lines(result, args: argparse.Namespace) -> list[str]:
+    """What the command shows for ``result`` (a :class:`~tvm_ext.deploy.runner.RunResult`): the
+    device, the inputs and where the weights came from, each output, the median time."""
+    sig = result.signature
+    source = "given" if args.inputs else "random"
+    weights = ("bound into the library" if sig is None or not sig.num_params
+               else f"{sig.num_params} loaded from {args.params or sig.params_file}")
+    lines = [f"{args.library} on {result.device}",
+             f"inputs ({source}): " + "; ".join(f"{n} {tuple(a.shape)} {a.dtype}" for n, a in result.inputs.items())
+             + f"; weights {weights}"]
+    lines += [f"output {i}: {_summary(out)}" for i, out in enumerate(result.outputs)]
+    if result.median_ms is not None:
+        lines.append(f"main: median {result.median_ms:.3f} ms over {len(result.samples_ms)} runs "
+                     f"(min {min(result.samples_ms):.3f}, max {max(result.samples_ms):.3f}; {args.warmup} warm-up)")
+    return lines
+
+
 def run(args: argparse.Namespace) -> int:
-    """Run the library in this (runtime-only) process and print the results."""
+    """Run the library in this (runtime-only) process and write :func:`report_lines` to stdout;
+    the exit code."""
     from .deploy import NoDeviceError
     from .deploy.runner import run_library
     from .errors import TvmExtError
@@ -74,26 +92,15 @@ def run(args: argparse.Namespace) -> int:
         result = run_library(args.library, inputs=args.inputs, params=args.params, warmup=args.warmup,
                              runs=args.runs, seed=args.seed)
     except NoDeviceError as err:
-        print(f"error: no GPU to run {args.library} here (it holds CUDA code): {' '.join(str(err).split())}",
-              file=sys.stderr)
+        sys.stderr.write(f"error: no GPU to run {args.library} here (it holds CUDA code): "
+                         f"{' '.join(str(err).split())}\n")
         return EXIT_NO_DEVICE
     except TvmExtError as err:  # DeployError, BenchError of the shared timers
-        print(f"error: {' '.join(str(err).split())}", file=sys.stderr)
+        sys.stderr.write(f"error: {' '.join(str(err).split())}\n")
         return EXIT_USAGE
-    sig = result.signature
-    source = "given" if args.inputs else "random"
-    print(f"{args.library} on {result.device}")
-    weights = ("bound into the library" if sig is None or not sig.num_params
-               else f"{sig.num_params} loaded from {args.params or sig.params_file}")
-    print(f"inputs ({source}): " + "; ".join(f"{n} {tuple(a.shape)} {a.dtype}" for n, a in result.inputs.items())
-          + f"; weights {weights}")
-    for i, out in enumerate(result.outputs):
-        print(f"output {i}: {_summary(out)}")
     if args.save_outputs:
         np.savez(args.save_outputs, **{f"output_{i}": o for i, o in enumerate(result.outputs)})
-    if result.median_ms is not None:
-        print(f"main: median {result.median_ms:.3f} ms over {len(result.samples_ms)} runs "
-              f"(min {min(result.samples_ms):.3f}, max {max(result.samples_ms):.3f}; {args.warmup} warm-up)")
+    sys.stdout.write("\n".join(report_lines(result, args)) + "\n")
     return 0
 
 
