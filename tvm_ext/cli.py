@@ -69,15 +69,22 @@ def parse_shape_arg(text: str) -> tuple[str, tuple[int, ...]]:
     return name, shape
 
 
-def _shapes(pairs: Sequence[tuple[str, tuple[int, ...]]] | None) -> dict[str, tuple[int, ...]] | None:
+def _by_name(pairs: Sequence[tuple[str, Any]] | None, option: str, error: type[Exception]) -> dict[str, Any] | None:
+    """Repeated ``NAME=...`` options as a dict; the same name twice with different values is an error."""
     if not pairs:
         return None
-    out: dict[str, tuple[int, ...]] = {}
-    for name, shape in pairs:
-        if name in out and out[name] != shape:
-            raise ShapeOverrideError(f"--shapes gives two different shapes for input '{name}'")
-        out[name] = shape
+    out: dict[str, Any] = {}
+    for name, value in pairs:
+        if name in out and out[name] != value:
+            raise error(f"{option} gives two different values for input '{name}'")
+        out[name] = value
     return out
+
+
+def _model_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    """``shapes``, ``fp16`` and ``bind`` of :func:`_add_model_options`, as keyword arguments of the import."""
+    return {"shapes": _by_name(args.shapes, "--shapes", ShapeOverrideError), "fp16": args.fp16,
+            "bind": _by_name(args.bind, "--bind", UsageError)}
 
 
 def _bind_arg(text: str) -> tuple[str, list]:
@@ -89,17 +96,6 @@ def _bind_arg(text: str) -> tuple[str, list]:
         return parse_bind_arg(text)
     except InputBindingError as err:
         raise argparse.ArgumentTypeError(str(err)) from None
-
-
-def _binds(pairs: Sequence[tuple[str, list]] | None) -> dict[str, list] | None:
-    if not pairs:
-        return None
-    out: dict[str, list] = {}
-    for name, values in pairs:
-        if name in out and out[name] != values:
-            raise UsageError(f"--bind gives two different values for input '{name}'")
-        out[name] = values
-    return out
 
 
 def _model_path(text: str) -> Path:
@@ -152,7 +148,7 @@ def _cmd_compile(args: argparse.Namespace) -> int:
     if not out.parent.is_dir():
         raise UsageError(f"output directory does not exist: {out.parent}")
     built = _with_progress(STEPS, args.quiet, lambda step: build_library(
-        model, out, args.target, args.preset, shapes=_shapes(args.shapes), fp16=args.fp16, bind=_binds(args.bind),
+        model, out, args.target, args.preset, **_model_kwargs(args),
         weights_outside=args.weights_outside, embed_source=args.embed_source, progress=step))
     print("\n".join(built.summary()))
     return 0
@@ -172,8 +168,7 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
 
     def body(step: Callable[[str], None]):
         step("compile + report")
-        return inspect(model, args.target, args.preset, shapes=_shapes(args.shapes), fp16=args.fp16,
-                       bind=_binds(args.bind), keep_source=args.cuda is not None)
+        return inspect(model, args.target, args.preset, **_model_kwargs(args), keep_source=args.cuda is not None)
 
     report = _with_progress(["compile + report"], args.quiet, body)
     if args.cuda is not None:
@@ -190,7 +185,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     if not presets:
         raise UsageError("--presets names no preset")
     result = _with_progress(presets, args.quiet, lambda step: compare(
-        model, presets, args.target, shapes=_shapes(args.shapes), fp16=args.fp16, bind=_binds(args.bind),
+        model, presets, args.target, **_model_kwargs(args),
         progress=step))
     if args.html:
         Path(args.html).write_text(result._repr_html_())
@@ -205,8 +200,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
 
     def body(step: Callable[[str], None]):
         step("CPU build + onnxruntime")
-        return check_model(str(model), args.preset, shapes=_shapes(args.shapes), fp16=args.fp16,
-                           bind=_binds(args.bind), seed=args.seed, rtol=args.rtol, atol=args.atol)
+        return check_model(str(model), args.preset, **_model_kwargs(args), seed=args.seed, rtol=args.rtol, atol=args.atol)
 
     result = _with_progress(["CPU build + onnxruntime"], args.quiet, body)
     print(result.message())
@@ -222,8 +216,7 @@ def _cmd_measure(args: argparse.Namespace) -> int:
     model = _model_path(args.model)
     runner = MetaScheduleRunner.rpc(*parse_rpc(args.rpc)) if args.rpc else None
     result = _with_progress(["build + measure"], args.quiet, lambda step: (step("build + measure"), measure_model(
-        model, args.target, args.preset, runner=runner, database=Database(args.database), shapes=_shapes(args.shapes),
-        fp16=args.fp16, bind=_binds(args.bind)))[1])
+        model, args.target, args.preset, runner=runner, database=Database(args.database), **_model_kwargs(args)))[1])
     print(text_table(["kernel", "generator", "modelled (analytic)", f"measured on {result.device}"], result.rows()))
     print(f"{result.added} of {len(result.outcomes)} planned kernels measured; records added to {args.database}")
     return 0 if result.added or not result.outcomes else EXIT_MISMATCH
