@@ -147,3 +147,12 @@ def test_isolated_pool_survives_timeout_and_crash():
     assert outcomes[3].message == "worker died: last words"  # the task's own stderr, not the pool's
     assert "no result after 2 s" in outcomes[4].message and outcomes[4].seconds >= 2.0
     assert outcomes[5].message == "worker died: Fatal Python error: Segmentation fault"
+
+
+def test_shape_inputs_are_bound_from_each_data_set(tmp_path):
+    # Reshape's shape and ReduceSum's axes arrive as graph inputs in these cases; the runner binds
+    # them from the data set, as a user would with bind=
+    generate_node_tests(tmp_path, ["test_reshape_reduced_dims", "test_reduce_sum_keepdims_example"],
+                        modules=["reshape", "reducesum"])
+    suite = run_node_suite(tmp_path, ["baseline"], jobs=0, progress=False)
+    assert suite.counts()["pass"] == 2, suite.format_report()

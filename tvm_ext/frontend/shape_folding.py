@@ -51,7 +51,7 @@ def fold_shape_arithmetic(model: onnx.ModelProto, input_shapes: Mapping[str, Seq
     known: dict[str, np.ndarray] = {t.name: numpy_helper.to_array(t) for t in graph.initializer
                                     if _elements(t.dims) <= MAX_FOLDED_ELEMENTS}
     from_shape: set[str] = set()  # constants that derive from a static shape
-    opset = [o for o in model.opset_import]
+    opset = list(model.opset_import)
     folded = 0
     for index, node in enumerate(graph.node):
         if node.op_type == "Constant" and node.domain in ("", "ai.onnx"):
