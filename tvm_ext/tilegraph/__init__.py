@@ -1,0 +1,26 @@
+"""Welder-style tile graphs: connect levels, tile propagation, traffic/footprint, tile enumeration.
+
+Analysis only (no kernels, no schedules): :class:`TileGraph` models a convex sub-graph of an
+:class:`~tvm_ext.graph.OpGraph` as Welder's tile graph (OSDI'23 §3.1) and
+:func:`enumerate_tiles` ranks its output tiles Roller-style (§3.2, §4.1).
+
+Example
+-------
+>>> tg = TileGraph(graph, [0, 1]); tg.set_connect("C", "shared")
+>>> enumerate_tiles(tg, "tvm_ext/h100")[0].output_tile
+(32, 128)
+"""
+from .enumerate import (ASSUMED_REGISTERS_PER_THREAD, ASSUMED_THREADS_PER_BLOCK, DEFAULT_BRANCH, DEFAULT_MAX_VISITS,
+                        DEFAULT_TOP_K, MMA_FRAGMENT, TileCandidate, coalesced_run, enumerate_tiles,
+                        uncoalesced_extra)
+from .reduction import TENSOR_CORE_DTYPES, MatmulLike, matmul_like, matmul_nodes, rstep_regions
+from .tile_graph import (TENSOR_CORE_ALIGNMENT_BYTES, ConnectLevel, Edge, KernelTile, NonConvexError, TileConfig,
+                         TileGraph, TileGraphError, UnknownEdgeError)
+
+__all__ = [
+    "ASSUMED_REGISTERS_PER_THREAD", "ASSUMED_THREADS_PER_BLOCK", "DEFAULT_BRANCH", "DEFAULT_MAX_VISITS",
+    "DEFAULT_TOP_K", "MMA_FRAGMENT", "TileCandidate", "coalesced_run", "enumerate_tiles", "uncoalesced_extra",
+    "TENSOR_CORE_DTYPES", "MatmulLike", "matmul_like", "matmul_nodes", "rstep_regions",
+    "TENSOR_CORE_ALIGNMENT_BYTES", "ConnectLevel", "Edge", "KernelTile", "NonConvexError", "TileConfig",
+    "TileGraph", "TileGraphError", "UnknownEdgeError",
+]
