@@ -190,7 +190,9 @@ class _Search:
 
     def aligned(self, tile: tuple[int, ...], rstep: int | None) -> bool:
         """TensorCore alignment: last two output axes and the reduction step of each 16-bit matmul."""
-        regions = self.tg.config.regions if self.tg.config else {}
+        regions = self.tg.config.regions if self.tg.config is not None else {}
+        if not regions:
+            return False
         for m in self.mma:
             if not m.tensor_core:
                 continue
@@ -220,7 +222,8 @@ class _Search:
         logger.debug("tile %s -> %s", tile, "pruned" if found is None else f"score {found.score:.4g}")
         return found
 
-    def _candidate(self, tile, rstep, kernels: list[KernelTile], cost: float, raw: int) -> TileCandidate:
+    def _candidate(self, tile: tuple[int, ...], rstep: int | None, kernels: list[KernelTile], cost: float,
+                   raw: int) -> TileCandidate:
         sm = self.device.sm_count
         counts, blocks, waves, penalized = [], [], 0, 0.0
         for k in kernels:
@@ -268,7 +271,8 @@ def enumerate_tiles(tile_graph: TileGraph, device: DeviceSpec | str, *, top_k: i
         (the limit without opt-in). At most ``max_shared_memory_per_block_optin``.
     transaction_bytes : int, optional
         Global-memory transaction width; defaults to the device's ``dram`` level
-        ``transaction_bytes`` (a 32-byte sector on NVIDIA GPUs).
+        ``transaction_bytes`` (the 32-byte L2/DRAM sector, sourced in the device file). Welder
+        §4.1 quotes a 128-byte coalesced transaction (a whole line): pass 128 for that setting.
     branch, max_visits : int
         Growth directions expanded per tile, and the bound on evaluated tiles.
 
