@@ -22,30 +22,17 @@ import tvm
 from tvm import relax, tirx
 
 from ..dlight.rules import is_scheduled
-from ..errors import TVM_ERRORS
 from ..hardware import DeviceSpec
 from ..ir_update import with_functions
 from ..select.attrs import FALLBACK_ATTR, GENERATOR_ATTR, RULE_ATTR
 from ..select.generator import ScheduleRefused, get_generator
 from ..select.plan import PlanError, plan_of
-from ..tir import PIPELINE_NAME
+from ..tir.lowering_check import lowering_problem
 
 logger = logging.getLogger(__name__)
 
 #: Generators whose refused plans are not re-selected: their fallback is the same dlight schedule.
 _FALLBACK_GENERATORS = ("dlight", "fuseops")
-
-
-def lowering_problem(func: tirx.PrimFunc, name: str, target: tvm.target.Target) -> str | None:
-    """Lower and generate code for ``func`` alone; the last error line, or None if it builds."""
-    try:
-        with target:
-            tvm.tirx.build(tvm.IRModule({name: func.with_attr("global_symbol", name)}), target=target,
-                           pipeline=PIPELINE_NAME)
-    except TVM_ERRORS as err:  # the lowering rejects the function
-        text = str(err).strip()
-        return text.splitlines()[-1][:300] if text else type(err).__name__
-    return None
 
 
 def refused_kernels(graph: tvm.IRModule, scheduled: tvm.IRModule) -> dict[str, tuple[str, str]]:

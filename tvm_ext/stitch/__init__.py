@@ -25,7 +25,8 @@ from .plans import StitchKernelPlan, realize
 from .prologue import prologue_target, row_operand_read
 from .prologue_schedule import PrologueTiles, build_prologue_schedule, plan_prologue_tiles
 from .relax_pass import StitchMemoryIntensive
-from .schedule import StitchScheduleError, build_schedule, promote_workspace
+from ..tir import promote_workspace
+from .schedule import StitchScheduleError, build_schedule
 from .scope import STITCH_CLASSES, ScopeGroup, StitchScope, is_stitchable, stitch_scope
 from .split_slices import SplitToSlices, split_to_slices
 

@@ -41,7 +41,8 @@ from ..select.generator import ScheduledKernel, ScheduleRefused, register_genera
 from .planner import PlanOptions, StitchPlanError, plan_prim_func
 from .plans import StitchKernelPlan, realize
 from .prologue_schedule import build_prologue_schedule, plan_prologue_tiles
-from .schedule import StitchScheduleError, build_schedule, promote_workspace
+from ..tir import promote_workspace
+from .schedule import StitchScheduleError, build_schedule
 from .scope import ScopeGroup, is_stitchable, stitch_scope
 from .split_slices import SplitToSlices
 

@@ -12,7 +12,7 @@ inlined, a split reduction already factored):
   stage splits all its loops ``[grid, tasks, rows_per_block, threads_x]``;
 * the stages' grid loops are merged into one loop bound to ``blockIdx.x`` (one kernel), and
   :func:`tvm_ext.tir.insert_grid_sync` puts grid barriers where a global value crosses stages;
-* global intermediates stay ``global`` allocations; :func:`promote_workspace` turns them into
+* global intermediates stay ``global`` allocations; :func:`tvm_ext.tir.promote_workspace` turns them into
   extra output parameters (a kernel cannot allocate global memory).
 
 Example
@@ -203,38 +203,4 @@ def build_schedule(plan: StitchPlan) -> tirx.PrimFunc:
     return func
 
 
-def global_workspaces(func: tirx.PrimFunc) -> list:
-    """Buffers allocated in global scope inside ``func`` (intermediates a kernel cannot allocate)."""
-    found: list = []
-
-    def on_block(block) -> None:
-        for buf in block.alloc_buffers:
-            scope = str(getattr(buf.ty, "storage_scope", "") or "global")
-            if scope == "global":
-                found.append(buf)
-
-    tvm_ffi.structural_walk(func.body, (tvm.s_tir.SBlock, on_block))
-    return found
-
-
-def promote_workspace(func: tirx.PrimFunc) -> tuple[tirx.PrimFunc, list]:
-    """Move global allocations of ``func`` to new trailing parameters; returns them too."""
-    buffers = global_workspaces(func)
-    if not buffers:
-        return func, []
-    drop = set(buffers)
-
-    def on_block(block, mutator):
-        new = mutator.default_mutate(block)
-        kept = [b for b in new.alloc_buffers if b not in drop]
-        if len(kept) == len(new.alloc_buffers):
-            return new
-        return tvm.s_tir.SBlock(new.iter_vars, new.reads, new.writes, new.name_hint, new.body, new.init,
-                                kept, new.match_buffers, new.annotations)
-
-    body = tvm_ffi.structural_mutate(func.body, (tvm.s_tir.SBlock, on_block))
-    new_func = tirx.PrimFunc(list(func.params) + buffers, body, func.ret_type, func.attrs)
-    return new_func, buffers
-
-
-__all__ = ["StitchScheduleError", "build_schedule", "global_workspaces", "promote_workspace"]
+__all__ = ["StitchScheduleError", "build_schedule"]

@@ -1,10 +1,13 @@
-"""TIR passes shared by the techniques: grid-barrier insertion, cooperative launch, launch bounds.
+"""TIR passes shared by the techniques: grid-barrier insertion, cooperative launch, launch bounds,
+global workspaces.
 
 Importing the package registers the TIR pipeline ``"tvm_ext"`` (TVM's ``s_tir`` pipeline
 followed by the launch-parameter passes); pass ``tir_pipeline="tvm_ext"`` to ``tvm.compile``.
 """
 from __future__ import annotations
 
+from .lowering_check import lowering_problem
+from .workspace import global_workspaces, promote_workspace
 from .grid_sync import GRID_SYNC_OP, InsertGridSync, has_grid_sync, insert_grid_sync, is_block_binding
 from .launch_params import (
     COOPERATIVE_TAG,
@@ -23,5 +26,5 @@ register_tir_pipeline()
 __all__ = [
     "AnnotateCooperativeLaunch", "ApplyLaunchBounds", "COOPERATIVE_TAG", "GRID_SYNC_OP", "InsertGridSync",
     "MIN_BLOCKS_ATTR", "PIPELINE_NAME", "has_grid_sync", "insert_grid_sync", "is_block_binding", "is_device_kernel",
-    "launch_params", "register_tir_pipeline", "with_cooperative_launch",
+    "launch_params", "register_tir_pipeline", "with_cooperative_launch", "global_workspaces", "promote_workspace", "lowering_problem",
 ]
