@@ -5,6 +5,7 @@ For a kernel (a :class:`~tvm_ext.select.candidate.Candidate`, or any object with
 :class:`~tvm_ext.hardware.DeviceSpec` (constants in its ``cost_model``, each sourced)::
 
     time   = launches x launch overhead + max(compute, memory) + grid barriers x grid_sync
+           (a multi-stage kernel: sum over its stages of max(compute, memory) instead)
     compute = flops / (peak(path, dtype) x efficiency(path)) x wave quantization
     memory  = max(DRAM bytes / achievable DRAM bandwidth, global bytes / L2 bandwidth)
 
@@ -120,12 +121,29 @@ class AnalyticCostModel:
         self.cuda_graph = cuda_graph
 
     def parts(self, kernel: Priced, device: DeviceSpec) -> dict[str, float]:
-        """The terms of the model: ``launch_s``, ``compute_s``, ``memory_s``, ``sync_s``."""
+        """The terms of the model: ``launch_s``, ``compute_s``, ``memory_s``, ``sync_s``; a
+        multi-stage kernel (``stages``) adds ``stages_s``, the sum of its stages' max(compute, memory)
+        (stages run one after another, separated by barriers), and its compute and memory terms
+        are the sums over its stages."""
         c = device.cost
         launch = kernel.launch
         if launch.kernels == 0:  # a view (reshape lowered to nothing): no launch, no work
             return {"launch_s": 0.0, "compute_s": 0.0, "memory_s": 0.0, "sync_s": 0.0}
         per_launch = c.launch_overhead_graph_s if self.cuda_graph else c.launch_overhead_s
+        stages = getattr(kernel, "stages", ())
+        if stages:
+            each = [self._work(s, device) for s in stages]
+            return {"launch_s": launch.kernels * per_launch, "compute_s": sum(w[0] for w in each),
+                    "memory_s": sum(w[1] for w in each), "sync_s": launch.grid_syncs * c.grid_sync_s,
+                    "stages_s": sum(max(w) for w in each)}
+        compute, memory = self._work(kernel, device)
+        return {"launch_s": launch.kernels * per_launch, "compute_s": compute, "memory_s": memory,
+                "sync_s": launch.grid_syncs * c.grid_sync_s}
+
+    def _work(self, kernel: Priced, device: DeviceSpec) -> tuple[float, float]:
+        """Compute and memory seconds of one kernel (or stage)."""
+        c = device.cost
+        launch = kernel.launch
         compute = 0.0
         if kernel.flops > 0:
             rate = peak_flops(device, kernel.code_path, kernel.dtype) * efficiency(device, kernel.code_path)
@@ -137,13 +155,13 @@ class AnalyticCostModel:
         dram_bw = min(device.dram_bandwidth_bytes_per_s * c.dram_efficiency, in_flight / c.dram_latency_s)
         l2_bw = device.level("l2").bandwidth_bytes_per_s
         memory = max(dram_bytes(kernel, device) / dram_bw, kernel.global_bytes / l2_bw) if kernel.global_bytes else 0.0
-        return {"launch_s": launch.kernels * per_launch, "compute_s": compute, "memory_s": memory,
-                "sync_s": launch.grid_syncs * c.grid_sync_s}
+        return compute, memory
 
     def cost(self, kernel: Priced, device: DeviceSpec) -> CostEstimate:
         """Seconds of one call of ``kernel`` on ``device``."""
         p = self.parts(kernel, device)
-        seconds = p["launch_s"] + max(p["compute_s"], p["memory_s"]) + p["sync_s"]
+        work = p["stages_s"] if "stages_s" in p else max(p["compute_s"], p["memory_s"])
+        seconds = p["launch_s"] + work + p["sync_s"]
         return CostEstimate(seconds, self.source, p)
 
 

@@ -68,6 +68,31 @@ class LaunchShape:
 
 
 @dataclass(frozen=True)
+class StageWork:
+    """One stage of a multi-stage kernel, as the cost model reads it (the fields of a kernel).
+
+    ``launch`` is the stage's own grid and block (its virtual blocks); it launches nothing.
+    """
+
+    flops: int
+    global_bytes: int
+    launch: LaunchShape
+    code_path: CodePath = CodePath.SIMT
+    dtype: str = "float32"
+    unique_bytes: int = 0
+    dram_bytes: int = 0
+
+    def __post_init__(self) -> None:
+        if self.unique_bytes <= 0:
+            object.__setattr__(self, "unique_bytes", self.global_bytes)
+
+    def to_json(self) -> dict:
+        """JSON-serialisable form."""
+        return {"flops": self.flops, "global_bytes": self.global_bytes, "launch": self.launch.to_json(),
+                "code_path": self.code_path.value, "dtype": self.dtype}
+
+
+@dataclass(frozen=True)
 class Candidate:
     """One kernel a generator proposes.
 
@@ -108,6 +133,10 @@ class Candidate:
         Members it *recomputes*: it computes them for itself and writes them for nobody, even
         where nodes outside read them (another kernel computes them for those); see
         :mod:`tvm_ext.select.recompute`.
+    stages : tuple of StageWork
+        The stages of a multi-stage kernel (SOUFFLE's merged kernels), run one after another by
+        the same resident blocks; empty for a single-stage kernel. The cost model prices each
+        stage's compute and memory time and adds them up.
     """
 
     nodes: tuple[int, ...]
@@ -125,6 +154,7 @@ class Candidate:
     record_dtype: str = ""
     dram_bytes: int = 0
     recomputes: tuple[int, ...] = ()
+    stages: tuple["StageWork", ...] = ()
 
     def __post_init__(self) -> None:
         if self.unique_bytes <= 0:
@@ -144,7 +174,7 @@ class Candidate:
     def of(cls, graph: OpGraph, nodes: Iterable[int], plan: Plan, *, launch: LaunchShape,
            global_bytes: int | None = None, unique_bytes: int = 0, code_path: CodePath = CodePath.SIMT,
            provenance: str = "", key: str = "", record_dtype: str = "", dram_bytes: int = 0,
-           recomputes: Iterable[int] = ()) -> "Candidate":
+           recomputes: Iterable[int] = (), stages: Iterable["StageWork"] = ()) -> "Candidate":
         """A candidate over ``nodes`` of ``graph``: boundary tensors, flops and dtype read from the graph.
 
         ``global_bytes`` defaults to the boundary tensors read and written once each.
@@ -159,7 +189,7 @@ class Candidate:
                    global_bytes=int(moved if global_bytes is None else global_bytes), launch=launch,
                    code_path=code_path, dtype=dominant_dtype(graph, members), provenance=provenance, key=key,
                    unique_bytes=int(unique_bytes), record_dtype=record_dtype, dram_bytes=int(dram_bytes),
-                   recomputes=recomputed)
+                   recomputes=recomputed, stages=tuple(stages))
 
     def describe(self) -> str:
         """One line: generator, node count and the plan summary."""
@@ -191,4 +221,4 @@ def dominant_dtype(graph: OpGraph, members: Iterable[int]) -> str:
     return max(weight, key=weight.__getitem__) if weight else "float32"
 
 
-__all__ = ["Candidate", "CodePath", "LaunchShape", "boundary", "boundary_bytes", "dominant_dtype"]
+__all__ = ["Candidate", "CodePath", "LaunchShape", "StageWork", "boundary", "boundary_bytes", "dominant_dtype"]
