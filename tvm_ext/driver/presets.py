@@ -159,18 +159,20 @@ def register_builtin_presets() -> None:
     register_preset(Preset("cutlass", "Bolt: GEMM/conv offload to CUTLASS with epilogue fusion, then baseline",
                            generators=("cutlass",), rest="fuseops", techniques=("cutlass",)))
     register_preset(Preset("full", "every technique's candidates, one BLP selection by the cost model, CUDA graphs",
-                           generators=("cutlass", "stitch", "dlight", "fuseops", "orchestrate_small"), selector="blp",
+                           generators=("cutlass", "stitch", "dlight", "fuseops", "orchestrate_small", "subprogram"),
+                           selector="blp",
                            tir_pipeline="tvm_ext", techniques=("cutlass", "stitch", "orchestrate", "subprogram"),
                            cuda_graph=True, recompute=True, horizontal=True))
     register_preset(Preset("orchestrate", "Korch: operator fission, convex candidate kernels from execution "
                                           "states, BLP selection with recomputation",
                            generators=("dlight", "fuseops", "orchestrate"), selector="blp", tir_pipeline="tvm_ext",
                            techniques=("fission", "orchestrate"), recompute=True, fission=True))
-    for name, desc, tech in [
-        ("tilegraph", "Welder: tile-graph fusion across memory levels", ("tilegraph",)),
-        ("subprogram", "SOUFFLE: global analysis, grid-synced multi-stage kernels", ("subprogram",)),
-    ]:
-        register_preset(Preset(name, desc, techniques=tech, implemented=False))
+    register_preset(Preset("subprogram", "SOUFFLE: Q/K/V-style GEMMs combined, subprograms merged into grid-synced "
+                                         "multi-stage kernels, chosen against TVM's fusion by the cost model",
+                           generators=("subprogram", "dlight", "fuseops"), selector="blp", tir_pipeline="tvm_ext",
+                           techniques=("subprogram",), horizontal=True))
+    register_preset(Preset("tilegraph", "Welder: tile-graph fusion across memory levels", techniques=("tilegraph",),
+                           implemented=False))
 
 
 __all__ = ["DEFAULT_PRESET", "Preset", "REST_POLICIES", "SELECTORS", "active_preset", "get_preset", "list_presets",

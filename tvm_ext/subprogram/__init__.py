@@ -16,19 +16,35 @@ Built:
 * :mod:`.partition` — the resource-bounded partition into subprograms (cuts at compute-intensive
   nodes when the largest grid no longer fits the blocks resident with the largest block).
 
-Not built yet (issue 14, items 5-7): the merged multi-stage kernel (one PrimFunc per
-subprogram, grid sync, two-phase reductions, cooperative launch; :mod:`.te_horizontal`,
-:mod:`.vertical` and :mod:`.partition` are its building blocks), cross-stage optimisation, the
-``subprogram`` preset and its candidates in ``full``. Nothing but the horizontal pass is used by
-the driver yet.
+* :mod:`.stages`, :mod:`.uniform`, :mod:`.merge`, :mod:`.kernel` — the merged multi-stage kernel:
+  a fused function cut into stages (GEMMs with their epilogues scheduled by dlight, the rest
+  scheduled to the GEMMs' thread shape), run by one resident grid as virtual blocks, with grid
+  barriers where a stage reads what an earlier one wrote and cooperative launch.
+* :mod:`.generator` — the ``subprogram`` generator: each subprogram, cut where the GEMMs' thread
+  shape changes, is a candidate priced stage by stage; the ``subprogram`` preset takes them
+  first, ``full`` where the cost model prices them lower.
+
+Not built yet (issue 14, item 6): cross-stage optimisation (``cp.async`` prefetch of the next
+stage's weights, a stage's output kept in shared memory for the next); two-phase reductions
+(a reduction stage runs one row per ``threadIdx.y``, no cross-block partial sums).
 """
+from .generator import SubprogramGenerator, pieces
 from .horizontal import HORIZONTAL_ATTR, HorizontalMatmul, combine_function
 from .partition import Subprogram, dlight_shapes, partition, resident_blocks
 from .te_graph import INTENSITY_THRESHOLD, Dependence, Reuse, ReuseKind, TEEdge, TEGraph, edge_dependence
 from .te_horizontal import stack_computes
 from .vertical import IndexMap, VerticalChain, index_map, inline_one_to_one, vertical_chains
 
-__all__ = ["HORIZONTAL_ATTR", "HorizontalMatmul", "combine_function",
+from .kernel import Design, build, design
+from .merge import MergedKernel, merge_stages
+from .plans import SubprogramPlan
+from .stages import StageError, StageSpec, default_stages, stage_function
+from .uniform import ThreadShape, schedule_to_shape, thread_shape
+
+__all__ = ["SubprogramGenerator", "pieces", "Design", "build", "design", "MergedKernel", "merge_stages",
+           "SubprogramPlan", "StageError", "StageSpec", "default_stages", "stage_function",
+           "ThreadShape", "schedule_to_shape", "thread_shape",
+           "HORIZONTAL_ATTR", "HorizontalMatmul", "combine_function",
            "Subprogram", "dlight_shapes", "partition", "resident_blocks",
            "INTENSITY_THRESHOLD", "Dependence", "Reuse", "ReuseKind", "TEEdge", "TEGraph", "edge_dependence",
            "stack_computes",

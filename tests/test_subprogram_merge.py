@@ -1,0 +1,189 @@
+"""SOUFFLE's merged multi-stage kernels (issue 14, item 5): stages of a fused function, memory
+stages scheduled to the GEMMs' threads, virtual blocks, grid barriers, cooperative launch."""
+from __future__ import annotations
+
+import re
+
+import pytest
+import tvm
+from tvm import relax
+from tvm.script import ir as I
+from tvm.script import relax as R
+
+from tvm_ext.graph import OpGraph
+from tvm_ext.hardware import load_device
+from tvm_ext.select.analytic import AnalyticCostModel
+from tvm_ext.select.candidate import CodePath, LaunchShape, StageWork
+from tvm_ext.select.context import SelectionContext, fuse_nodes
+from tvm_ext.select.launch import launch_shape
+from tvm_ext.subprogram import (SubprogramGenerator, SubprogramPlan, ThreadShape, build, default_stages, design,
+                                schedule_to_shape, stage_function, thread_shape)
+from tvm_ext.subprogram.stages import StageError, StageSpec
+from tvm_ext.testing.thread_serial import compare_scheduled
+from tvm_ext.tir import COOPERATIVE_TAG, PIPELINE_NAME, has_grid_sync, is_device_kernel, launch_params
+from tvm_ext.toolchain import compile_cuda_source, nvcc_available
+from relax_examples import Attention
+
+H100 = tvm.target.Target("tvm_ext/h100")
+DEVICE = load_device("h100")
+
+
+@I.ir_module
+class ProjSoftmaxProj:
+    @R.function
+    def main(x: R.Tensor((32, 64), "float32"), w1: R.Tensor((64, 64), "float32"), w2: R.Tensor((64, 64), "float32")):
+        with R.dataflow():
+            a = R.matmul(x, w1)
+            s = R.nn.softmax(a)
+            n = R.nn.layer_norm(s, R.const(1.0, "float32") * R.ones((64,), "float32"),
+                                R.zeros((64,), "float32"), axes=[-1])
+            o = R.matmul(n, w2)
+            R.output(o)
+        return o
+
+
+@I.ir_module
+class Rows:
+    @R.function
+    def main(x: R.Tensor((64, 100), "float32"), g: R.Tensor((100,), "float32"), b: R.Tensor((100,), "float32")):
+        with R.dataflow():
+            y = R.nn.softmax(x)
+            z = R.nn.layer_norm(x, g, b, axes=[-1])
+            R.output(y, z)
+        return (y, z)
+
+
+def _legal(mod):
+    return relax.transform.AnnotateTIROpPattern()(relax.transform.LegalizeOps()(mod))
+
+
+def _fused(mod) -> tvm.tirx.PrimFunc:
+    legal = _legal(mod)
+    return fuse_nodes(legal, "main", OpGraph.from_module(legal).topological_order(), ())
+
+
+def test_stages_are_gemms_with_epilogues_and_memory_runs():
+    func = _fused(Attention)
+    specs = default_stages(func)
+    # q, k, v GEMMs; k's transpose (memory); s = q k^T; o = s v with the residual add as its epilogue
+    assert [(s.kind, s.statements) for s in specs] == [
+        ("compute", (0,)), ("compute", (1,)), ("compute", (2,)), ("memory", (3,)), ("compute", (4,)),
+        ("compute", (5, 6))]
+    last = stage_function(func, specs[-1])
+    assert len(last.params) == 4       # x, v, s (from earlier stages) and the output
+    with pytest.raises(StageError, match="stage kind"):
+        StageSpec((0,), "bogus")
+
+
+@pytest.mark.parametrize("shape", [ThreadShape(32, 4), ThreadShape(8, 16), ThreadShape(128)])
+@pytest.mark.parametrize("name", ["softmax", "layer_norm"])
+def test_row_chains_are_one_kernel_at_any_thread_shape(name, shape):
+    func = _legal(Rows)[name]
+    scheduled = schedule_to_shape(func, shape)
+    launch = launch_shape(scheduled)
+    assert launch.kernels == 1 and launch.threads == shape.threads
+    assert launch.grid == -(-64 // shape.y)                    # 64 rows, one per threadIdx.y
+    assert thread_shape(scheduled) == shape
+    check = compare_scheduled(func, scheduled)
+    assert check.ok, check
+
+
+def test_merged_kernel_is_one_cooperative_kernel_with_barriers():
+    func = _fused(Attention)
+    made = design(func, DEVICE, H100)
+    plan = made.plan
+    # q, k, v are independent (no barrier between them); k^T, s and o each read an earlier stage
+    assert len(plan.stages) == 6 and plan.grid_syncs == made.merged.grid_syncs == 3
+    merged = made.merged.func
+    assert launch_shape(merged).kernels == 1 and has_grid_sync(merged)
+    assert [w.name for w in made.merged.workspaces]          # values between stages are workspaces
+    check = compare_scheduled(func, merged)
+    assert check.ok, check
+    # the plan round-trips and rebuilds the same kernel
+    again = SubprogramPlan.from_json(plan.to_json())
+    assert again == plan
+    tvm.ir.assert_structural_equal(build(func, again, H100).func, merged)
+    lib = tvm.compile(tvm.IRModule({"main": merged.with_attr("global_symbol", "main")}), H100, tir_pipeline="tvm_ext")
+    source = lib.mod.imports[0].inspect_source()
+    assert len(set(re.findall(r"__global__ void __launch_bounds__\(\d+, \d+\) (\w+)\(", source))) == 1
+    assert "tvm_builtin_cuda_grid_sync();" in source
+
+
+def test_merged_kernel_virtual_blocks_and_memory_stages():
+    """Row chains run between GEMMs; a grid smaller than a stage's runs it as virtual blocks."""
+    func = _fused(ProjSoftmaxProj)
+    made = design(func, DEVICE, H100)
+    kinds = [s.kind for s in made.plan.stages]
+    assert kinds.count("compute") == 2 and "memory" in kinds
+    small = SubprogramPlan(made.plan.stages, made.plan.rules, made.plan.threads, 1, 1)
+    merged = build(func, small, H100)
+    assert merged.grid == 1 and max(merged.stage_grids) > 1
+    check = compare_scheduled(func, merged.func)
+    assert check.ok, check
+
+
+_CAPTURED: list = []
+
+
+def _capture_factory():
+    passes, fin_host, fin_dev = tvm.tirx.get_tir_pipeline(PIPELINE_NAME)
+
+    @tvm.transform.module_pass(opt_level=0, name="CaptureMergedKernels")
+    def capture(mod, _ctx):
+        _CAPTURED.append(mod)
+        return mod
+
+    return tvm.transform.Sequential([passes, capture]), fin_host, fin_dev
+
+
+def test_cooperative_tag_on_device_kernel():
+    from tvm.tirx import compilation_pipeline
+
+    if "tvm_ext_test_merged_capture" not in compilation_pipeline.PIPELINE_MAP:
+        compilation_pipeline.register_tir_pipeline("tvm_ext_test_merged_capture", _capture_factory)
+    merged = design(_fused(ProjSoftmaxProj), DEVICE, H100).merged.func.with_attr("global_symbol", "main")
+    _CAPTURED.clear()
+    tvm.compile(tvm.IRModule({"main": merged}), H100, tir_pipeline="tvm_ext_test_merged_capture")
+    (kernel,) = [f for _, f in _CAPTURED[-1].functions_items() if is_device_kernel(f)]
+    assert COOPERATIVE_TAG in launch_params(kernel)
+
+
+@pytest.mark.skipif(not nvcc_available(), reason="nvcc not installed")
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+def test_merged_kernel_compiles_with_nvcc(arch):
+    target = tvm.target.Target({"kind": "cuda", "arch": arch, "max_num_threads": 1024})
+    func = _fused(ProjSoftmaxProj)
+    merged = design(func, DEVICE, H100).merged.func.with_attr("global_symbol", "main")
+    lib = tvm.compile(tvm.IRModule({"main": merged}), target, tir_pipeline="tvm_ext")
+    compile_cuda_source(lib.mod.imports[0].inspect_source(), target)
+
+
+def test_stages_are_priced_one_after_another():
+    model = AnalyticCostModel()
+    a = StageWork(flops=10 ** 9, global_bytes=10 ** 5, launch=LaunchShape(grid=132, threads=256),
+                  code_path=CodePath.MMA_SYNC, dtype="float16")
+    b = StageWork(flops=10 ** 3, global_bytes=10 ** 8, launch=LaunchShape(grid=132, threads=256))
+    ca, ma = model._work(a, DEVICE)
+    cb, mb = model._work(b, DEVICE)
+    assert ca > ma and mb > cb                             # one compute-bound, one memory-bound stage
+
+    class Merged:
+        flops, global_bytes, unique_bytes, code_path, dtype = a.flops + b.flops, 0, 0, CodePath.MMA_SYNC, "float16"
+        launch = LaunchShape(grid=132, threads=256, grid_syncs=1)
+        stages = (a, b)
+
+    est = model.cost(Merged(), DEVICE)
+    expected = DEVICE.cost.launch_overhead_s + ca + mb + DEVICE.cost.grid_sync_s
+    assert est.seconds == pytest.approx(expected)
+    assert est.seconds > DEVICE.cost.launch_overhead_s + max(ca + cb, ma + mb)   # not overlapped across stages
+
+
+def test_generator_proposes_priced_merged_kernels():
+    legal = _legal(ProjSoftmaxProj)
+    ctx = SelectionContext(legal, "main", OpGraph.from_module(legal), DEVICE, H100)
+    cands = SubprogramGenerator().candidates(ctx)
+    assert len(cands) == 1 and not ctx.dropped
+    (cand,) = cands
+    assert set(cand.nodes) == set(ctx.call_nodes()) and cand.launch.kernels == 1
+    assert len(cand.stages) == len(cand.plan.stages) and cand.launch.grid_syncs == cand.plan.grid_syncs
+    assert sum(s.flops for s in cand.stages) == cand.flops

@@ -1,0 +1,189 @@
+"""The subprogram generator (SOUFFLE): merged multi-stage kernels as candidates.
+
+Candidates come from the resource-bounded partition (:func:`~tvm_ext.subprogram.partition.partition`
+with dlight's launch shapes): each subprogram is cut where the thread shape of its
+compute-intensive nodes changes (every stage of a merged kernel runs with the same threads,
+:mod:`tvm_ext.subprogram.uniform`), and every piece with a compute node and at least two nodes
+is designed as one merged kernel (:func:`~tvm_ext.subprogram.kernel.design`, once per
+structural signature: BERT's twelve layers are designed once). A piece that cannot be merged is
+dropped and recorded; its nodes stay with the other generators.
+
+Each candidate carries its stages (:class:`~tvm_ext.select.candidate.StageWork`), so the cost
+model prices a merged kernel as one launch, its stages one after another and its grid barriers:
+the selector picks it only where that is cheaper than the kernels it replaces.
+
+Example
+-------
+>>> cands = SubprogramGenerator().candidates(ctx)
+>>> cands[0].plan.summary()
+'subprogram: 9 stages (4 compute), grid 264 x 512 threads, 8 grid barriers'
+"""
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import tvm
+from tvm import tirx
+
+from ..errors import TVM_ERRORS
+from ..hardware import DeviceSpec
+from ..select.candidate import Candidate, CodePath, LaunchShape, StageWork, boundary_bytes, dominant_dtype
+from ..select.context import SelectionContext
+from ..select.emit import EmitError
+from ..select.generator import ScheduledKernel, ScheduleRefused, register_generator
+from .kernel import Design, build, design
+from .partition import Subprogram, dlight_shapes, partition
+from .plans import SubprogramPlan
+from .stages import StageError, is_gemm_like, statement_block, statements
+from .te_graph import TEGraph
+from .uniform import ThreadShape, thread_shape
+
+logger = logging.getLogger(__name__)
+
+
+def is_gemm_node(func: tirx.PrimFunc) -> bool:
+    """Whether a node's PrimFunc holds a GEMM-like block (a compute stage of a merged kernel)."""
+    try:
+        return any(is_gemm_like(statement_block(s)) for s in statements(func))
+    except StageError:
+        return False
+
+
+def _node_threads(ctx: SelectionContext, teg: TEGraph) -> dict[int, ThreadShape | None]:
+    """The thread shape dlight gives each GEMM-like node (None: not one (x, y) shape); the other
+    nodes become memory stages, scheduled to their GEMMs' threads."""
+    from ..dlight.rules import apply_rules
+
+    out: dict[int, ThreadShape | None] = {}
+    with ctx.target:
+        for i in teg.order:
+            func = ctx.graph.nodes[i].func
+            if func is None or not is_gemm_node(func):
+                continue
+
+            def shape(func=func) -> ThreadShape | None:
+                try:
+                    return thread_shape(apply_rules(func, ctx.target).func)
+                except StageError:
+                    return None
+
+            out[i] = ctx.memo(("subprogram.threads", ctx.signature((i,))), shape)
+    return out
+
+
+def pieces(part: Subprogram, threads: dict[int, ThreadShape | None]) -> list[tuple[int, ...]]:
+    """``part`` cut before every compute node whose thread shape differs from the piece's so far
+    (a compute node without one shape is a cut on both sides)."""
+    out: list[list[int]] = [[]]
+    current: ThreadShape | None = None
+    for n in part.nodes:
+        if n in threads:
+            shape = threads[n]
+            if shape is None or (current is not None and shape != current):
+                out.append([])
+            current = shape
+            if shape is None:
+                out[-1].append(n)
+                out.append([])
+                continue
+        out[-1].append(n)
+    return [tuple(p) for p in out if p]
+
+
+def _stage_nodes(ctx: SelectionContext, members: tuple[int, ...], plan: SubprogramPlan) -> list[list[int]]:
+    """The members behind each stage (``FuseTIR`` writes the members' statements in order)."""
+    owner: list[int] = []
+    for n in members:
+        owner += [n] * len(statements(ctx.graph.nodes[n].func))
+    stages: list[list[int]] = []
+    for spec in plan.stages:
+        if max(spec.statements) >= len(owner):
+            raise StageError("the fused function has more statements than its members")
+        stages.append(list(dict.fromkeys(owner[i] for i in spec.statements)))
+    return stages
+
+
+def _stage_work(ctx: SelectionContext, nodes: list[int], made: Design, k: int) -> StageWork:
+    stage = made.stages[k]
+    path = CodePath.MMA_SYNC if stage.tensor_cores else CodePath.SIMT
+    moved = boundary_bytes(ctx.graph, nodes)
+    return StageWork(flops=int(sum(ctx.graph.nodes[n].flops for n in nodes)), global_bytes=moved,
+                     launch=LaunchShape(grid=stage.grid, threads=made.plan.threads.threads,
+                                        shared_bytes=stage.shared_bytes),
+                     code_path=path, dtype=dominant_dtype(ctx.graph, nodes))
+
+
+class SubprogramGenerator:
+    """SOUFFLE's merged kernels as candidates (see the module docstring)."""
+
+    name = "subprogram"
+    kernel_kind = "tir"
+    #: Lower each merged kernel alone in the schedule stage; one TVM rejects runs as dlight kernels.
+    verify_lowering = True
+
+    def prepare_passes(self, target: tvm.target.Target) -> list:  # noqa: D102 - protocol
+        return []
+
+    def plan_from_json(self, data: dict[str, Any]) -> SubprogramPlan:  # noqa: D102 - protocol
+        return SubprogramPlan.from_json(data)
+
+    def candidates(self, ctx: SelectionContext) -> list[Candidate]:  # noqa: D102 - protocol
+        teg = TEGraph(ctx.graph)
+        threads = _node_threads(ctx, teg)
+        out = []
+        for part in partition(teg, ctx.device, dlight_shapes(teg, ctx.target)):
+            if part.external:
+                continue
+            for members in pieces(part, threads):
+                if len(members) < 2 or not any(threads.get(n) for n in members):
+                    continue
+                cand = self._candidate(ctx, members)
+                if cand is not None:
+                    out.append(cand)
+        return out
+
+    def _candidate(self, ctx: SelectionContext, members: tuple[int, ...]) -> Candidate | None:
+        def make() -> Design | str:
+            try:
+                return design(ctx.fused_function(members), ctx.device, ctx.target)
+            except (StageError, EmitError) as err:
+                return str(err)
+            except TVM_ERRORS as err:
+                return f"TVM refused a stage: {str(err).splitlines()[0][:200]}"
+
+        made = ctx.memo(("subprogram", ctx.signature(members)), make)
+        if isinstance(made, str):
+            ctx.drop(self.name, members, made)
+            logger.info("subprogram piece %s not merged: %s", list(members), made)
+            return None
+        try:
+            stage_nodes = _stage_nodes(ctx, members, made.plan)
+        except StageError as err:
+            ctx.drop(self.name, members, str(err))
+            return None
+        stages = tuple(_stage_work(ctx, nodes, made, k) for k, nodes in enumerate(stage_nodes))
+        plan = made.plan
+        tensor = any(s.code_path == CodePath.MMA_SYNC for s in stages)
+        launch = LaunchShape(grid=plan.grid, threads=plan.threads.threads,
+                             shared_bytes=max(s.launch.shared_bytes for s in stages), grid_syncs=plan.grid_syncs)
+        total = sum(s.global_bytes for s in stages)
+        return Candidate.of(ctx.graph, members, plan, launch=launch, global_bytes=total,
+                            code_path=CodePath.MMA_SYNC if tensor else CodePath.SIMT,
+                            provenance=f"subprogram: {len(stages)} stages merged, {plan.grid_syncs} grid barriers",
+                            key=ctx.kernel_key(members, plan), stages=stages)
+
+    def schedule(self, func: tirx.PrimFunc, plan: SubprogramPlan, device: DeviceSpec) -> ScheduledKernel:
+        """Build ``plan`` on ``func`` (:func:`~tvm_ext.subprogram.kernel.build`)."""
+        target = tvm.target.Target.current(allow_none=False)
+        try:
+            merged = build(func, plan, target)
+        except StageError as err:
+            raise ScheduleRefused(f"subprogram: {err}") from None
+        rule = "merged+grid_sync" if merged.grid_syncs else "merged"
+        return ScheduledKernel(merged.func, workspaces=merged.workspaces, rule=rule)
+
+
+register_generator(SubprogramGenerator())
+
+__all__ = ["SubprogramGenerator", "is_gemm_node", "pieces"]
