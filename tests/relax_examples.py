@@ -21,3 +21,16 @@ class Attention:
             res = R.add(o, x)
             R.output(res)
         return res
+
+
+@I.ir_module
+class WelderExample:
+    """Welder §2: A[98304x64] x B[64x128], then softmax over the last axis (float32)."""
+
+    @R.function
+    def main(A: R.Tensor((98304, 64), "float32"), B: R.Tensor((64, 128), "float32")) -> R.Tensor((98304, 128), "float32"):
+        with R.dataflow():
+            C = R.matmul(A, B)
+            D = R.nn.softmax(C, axis=-1)
+            R.output(D)
+        return D

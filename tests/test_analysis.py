@@ -7,8 +7,6 @@ import numpy as np
 import pytest
 import tvm
 from tvm import relax
-from tvm.script import ir as I
-from tvm.script import relax as R
 
 from tvm_ext.analysis import (
     BestFitAllocator, Buffer, DependencyKind, Region, edge_kinds, footprint, func_access_maps,
@@ -16,20 +14,12 @@ from tvm_ext.analysis import (
     propagate, tile_grid, tile_region, traffic,
 )
 from tvm_ext.errors import AnalysisError
+from relax_examples import WelderExample
 from tvm_ext.graph import OpGraph
 
 MiB = 2**20
 
 
-@I.ir_module
-class WelderExample:  # Welder §2: A[98304x64] x B[64x128] -> softmax over the last axis, FP32
-    @R.function
-    def main(A: R.Tensor((98304, 64), "float32"), B: R.Tensor((64, 128), "float32")) -> R.Tensor((98304, 128), "float32"):
-        with R.dataflow():
-            C = R.matmul(A, B)
-            D = R.nn.softmax(C, axis=-1)
-            R.output(D)
-        return D
 
 
 def _legalize(mod: tvm.IRModule) -> tvm.IRModule:

@@ -16,7 +16,7 @@ from tvm_ext.select.analytic import AnalyticCostModel
 from tvm_ext.select.candidate import CodePath, LaunchShape, StageWork
 from tvm_ext.select.context import SelectionContext, fuse_nodes
 from tvm_ext.select.launch import launch_shape
-from tvm_ext.subprogram import (SubprogramGenerator, SubprogramPlan, ThreadShape, build, default_stages, design,
+from tvm_ext.subprogram import (SubprogramGenerator, SubprogramPlan, ThreadShape, build, default_stages, design, pieces,
                                 schedule_to_shape, stage_function, thread_shape)
 from tvm_ext.subprogram.stages import StageError, StageSpec
 from tvm_ext.testing.thread_serial import compare_scheduled
@@ -187,3 +187,13 @@ def test_generator_proposes_priced_merged_kernels():
     assert set(cand.nodes) == set(ctx.call_nodes()) and cand.launch.kernels == 1
     assert len(cand.stages) == len(cand.plan.stages) and cand.launch.grid_syncs == cand.plan.grid_syncs
     assert sum(s.flops for s in cand.stages) == cand.flops
+
+
+def test_pieces_cut_where_the_gemm_thread_shape_changes():
+    from tvm_ext.subprogram.partition import Subprogram
+
+    part = Subprogram(nodes=tuple(range(8)), compute=(0, 2, 5, 7), grid=8, resident=264, cooperative=True)
+    wide, narrow = ThreadShape(32, 16), ThreadShape(8, 16)
+    # 0: GEMM (wide), 1: memory, 2: GEMM (wide), 3-4: memory, 5: GEMM (narrow), 6: memory, 7: no one shape
+    threads = {0: wide, 2: wide, 5: narrow, 7: None}
+    assert pieces(part, threads) == [(0, 1, 2, 3, 4), (5, 6), (7,)]

@@ -6,28 +6,18 @@ import dataclasses
 import pytest
 import tvm
 from tvm import relax
-from tvm.script import ir as I
-from tvm.script import relax as R
 
 from tvm_ext.graph import OpGraph
 from tvm_ext.hardware import device_from_target, load_device
 from tvm_ext.tilegraph import (MMA_FRAGMENT, TileGraph, TileGraphError, coalesced_run, enumerate_tiles,
                                uncoalesced_extra)
+from relax_examples import WelderExample
 
 MiB = 2**20
 ROWS, K, COLS = 98304, 64, 128
 F32 = 4
 
 
-@I.ir_module
-class WelderExample:  # Welder §2: A[98304x64] x B[64x128] -> softmax over the last axis, FP32
-    @R.function
-    def main(A: R.Tensor((98304, 64), "float32"), B: R.Tensor((64, 128), "float32")) -> R.Tensor((98304, 128), "float32"):
-        with R.dataflow():
-            C = R.matmul(A, B)
-            D = R.nn.softmax(C, axis=-1)
-            R.output(D)
-        return D
 
 
 def _graph(build) -> OpGraph:

@@ -3,29 +3,19 @@ from __future__ import annotations
 
 import pytest
 from tvm import relax
-from tvm.script import ir as I
-from tvm.script import relax as R
 
 from tvm_ext.analysis import footprint, propagate, traffic
 from tvm_ext.errors import AnalysisError, TvmExtError
 from tvm_ext.graph import OpGraph
 from tvm_ext.tilegraph import (ConnectLevel, Edge, NonConvexError, TileGraph, TileGraphError, UnknownEdgeError,
                                matmul_like, rstep_regions)
+from relax_examples import WelderExample
 
 MiB = 2**20
 ROWS, K, COLS = 98304, 64, 128
 F32 = 4
 
 
-@I.ir_module
-class WelderExample:  # Welder §2: A[98304x64] x B[64x128] -> softmax over the last axis, FP32
-    @R.function
-    def main(A: R.Tensor((98304, 64), "float32"), B: R.Tensor((64, 128), "float32")) -> R.Tensor((98304, 128), "float32"):
-        with R.dataflow():
-            C = R.matmul(A, B)
-            D = R.nn.softmax(C, axis=-1)
-            R.output(D)
-        return D
 
 
 @pytest.fixture(scope="module")
