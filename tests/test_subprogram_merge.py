@@ -43,6 +43,19 @@ class ProjSoftmaxProj:
 
 
 @I.ir_module
+class OddRows:
+    """37 rows: no thread shape's threadIdx.y divides them."""
+
+    @R.function
+    def main(x: R.Tensor((37, 53), "float32"), w1: R.Tensor((53, 256), "float32"), w2: R.Tensor((256, 53), "float32")):
+        with R.dataflow():
+            s = R.nn.softmax(R.matmul(x, w1))
+            o = R.add(R.matmul(s, w2), x)
+            R.output(o)
+        return o
+
+
+@I.ir_module
 class Rows:
     @R.function
     def main(x: R.Tensor((64, 100), "float32"), g: R.Tensor((100,), "float32"), b: R.Tensor((100,), "float32")):
@@ -134,6 +147,17 @@ def _capture_factory():
         return mod
 
     return tvm.transform.Sequential([passes, capture]), fin_host, fin_dev
+
+
+def test_odd_row_counts_take_one_row_per_block():
+    """Rows that threadIdx.y does not divide would leave a partial row tile, whose reduction's
+    __syncthreads TVM refuses under a condition: each block takes one row instead."""
+    func = _fused(OddRows)
+    made = design(func, DEVICE, H100)
+    memory = [s for s in made.stages if s.spec.kind == "memory"]
+    assert memory and all(launch_shape(s.scheduled).grid == 37 for s in memory)
+    check = compare_scheduled(func, made.merged.func)
+    assert check.ok, check
 
 
 def test_cooperative_tag_on_device_kernel():

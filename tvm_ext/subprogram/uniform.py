@@ -8,7 +8,10 @@ then map what remains), with the thread shape given:
 * a spatial block: its loops fused and split ``[blocks, threadIdx.y, threadIdx.x]``;
 * a reduction block: its spatial loops fused and split ``[blocks, threadIdx.y]`` (one row per
   ``threadIdx.y``), its reduction loops fused and split ``[serial, threadIdx.x]`` (TVM's
-  cross-thread reduction combines the ``threadIdx.x`` partial results of a row).
+  cross-thread reduction combines the ``threadIdx.x`` partial results of a row); when the rows
+  do not divide by ``threadIdx.y``, one row per block and its reduction split
+  ``[serial, threadIdx.y, threadIdx.x]`` (a partial row tile would put ``__syncthreads`` under a
+  condition).
 
 A *row chain* -- reductions over rows followed by one spatial block over the same rows (softmax,
 layer norm; dlight's ``GeneralReduction`` pattern) -- is one kernel instead: the rows split
@@ -83,29 +86,55 @@ def thread_shape(func: tirx.PrimFunc) -> ThreadShape:
     return ThreadShape(next(iter(extents.get("threadIdx.x", {1}))), next(iter(extents.get("threadIdx.y", {1}))))
 
 
-def _bind_spatial(sch: s_tir.Schedule, loops: list, shape: ThreadShape) -> None:
-    fused = sch.fuse(*loops) if len(loops) > 1 else loops[0]
-    if shape.y > 1:
-        bx, ty, tx = sch.split(fused, [None, shape.y, shape.x])
+def _fused(sch: s_tir.Schedule, loops: list):
+    return sch.fuse(*loops) if len(loops) > 1 else loops[0]
+
+
+def _extent(sch: s_tir.Schedule, loop) -> int | None:
+    ext = sch.get(loop).extent
+    return int(ext.value) if isinstance(ext, tirx.IntImm) else None
+
+
+def _bind_rows(sch: s_tir.Schedule, loops: list, shape: ThreadShape):
+    """Fuse the row loops and bind them: ``[blockIdx.x, threadIdx.y]`` when the rows divide by
+    ``threadIdx.y`` (else one row per block: a partial row tile would put the reduction's
+    ``__syncthreads`` under a condition, which TVM refuses). Returns the innermost row loop, how
+    many row loops there are now, and whether ``threadIdx.y`` is left for the lanes."""
+    rows = _fused(sch, loops)
+    count = _extent(sch, rows)
+    if shape.y > 1 and count is not None and count % shape.y == 0:
+        bx, ty = sch.split(rows, [None, shape.y])
+        sch.bind(bx, "blockIdx.x")
+        sch.bind(ty, "threadIdx.y")
+        return ty, 2, False
+    sch.bind(rows, "blockIdx.x")
+    return rows, 1, shape.y > 1
+
+
+def _bind_lanes(sch: s_tir.Schedule, loops: list, shape: ThreadShape, with_y: bool) -> None:
+    """Fuse ``loops`` and split them ``[serial, (threadIdx.y,) threadIdx.x]``."""
+    if with_y:
+        _, ty, tx = sch.split(_fused(sch, loops), [None, shape.y, shape.x])
         sch.bind(ty, "threadIdx.y")
     else:
-        bx, tx = sch.split(fused, [None, shape.x])
+        _, tx = sch.split(_fused(sch, loops), [None, shape.x])
+    sch.bind(tx, "threadIdx.x")
+
+
+def _bind_spatial(sch: s_tir.Schedule, loops: list, shape: ThreadShape) -> None:
+    if shape.y > 1:
+        bx, ty, tx = sch.split(_fused(sch, loops), [None, shape.y, shape.x])
+        sch.bind(ty, "threadIdx.y")
+    else:
+        bx, tx = sch.split(_fused(sch, loops), [None, shape.x])
     sch.bind(bx, "blockIdx.x")
     sch.bind(tx, "threadIdx.x")
 
 
 def _bind_reduction(sch: s_tir.Schedule, spatial: list, reduce: list, shape: ThreadShape) -> None:
     sch.reorder(*spatial, *reduce)
-    rows = sch.fuse(*spatial) if len(spatial) > 1 else spatial[0]
-    if shape.y > 1:
-        bx, ty = sch.split(rows, [None, shape.y])
-        sch.bind(ty, "threadIdx.y")
-    else:
-        bx = rows
-    sch.bind(bx, "blockIdx.x")
-    red = sch.fuse(*reduce) if len(reduce) > 1 else reduce[0]
-    _, tx = sch.split(red, [None, shape.x])
-    sch.bind(tx, "threadIdx.x")
+    _, _, lanes_y = _bind_rows(sch, spatial, shape)
+    _bind_lanes(sch, reduce, shape, lanes_y)
 
 
 def _row_chain(sch: s_tir.Schedule, infos: list, shape: ThreadShape) -> bool:
@@ -123,30 +152,18 @@ def _row_chain(sch: s_tir.Schedule, infos: list, shape: ThreadShape) -> bool:
     last_loops = sch.get_loops(last.block_rv)
     if rows_n == 0 or len(last_loops) <= rows_n:
         return False
-    def extents(loops) -> list:
-        return [int(e.value) if isinstance(e := sch.get(lp).extent, tirx.IntImm) else None for lp in loops]
-
-    row_extents = extents(last_loops[:rows_n])
-    if None in row_extents or any(extents(sch.get_loops(i.block_rv)[:rows_n]) != row_extents for i in reductions):
+    row_extents = [_extent(sch, lp) for lp in last_loops[:rows_n]]
+    if None in row_extents or any([_extent(sch, lp) for lp in sch.get_loops(i.block_rv)[:rows_n]] != row_extents
+                                  for i in reductions):
         return False
-    rows = sch.fuse(*last_loops[:rows_n]) if rows_n > 1 else last_loops[0]
-    if shape.y > 1:
-        bx, anchor = sch.split(rows, [None, shape.y])
-        sch.bind(anchor, "threadIdx.y")
-    else:
-        bx = anchor = rows
-    sch.bind(bx, "blockIdx.x")
-    rest = sch.get_loops(last.block_rv)[2 if shape.y > 1 else 1:]
-    _, tx = sch.split(sch.fuse(*rest) if len(rest) > 1 else rest[0], [None, shape.x])
-    sch.bind(tx, "threadIdx.x")
+    anchor, depth, lanes_y = _bind_rows(sch, last_loops[:rows_n], shape)
+    _bind_lanes(sch, sch.get_loops(last.block_rv)[depth:], shape, lanes_y)
     for info, kind in zip(reversed(reductions), reversed(kinds)):
         block = info.block_rv
         for i, _ in enumerate(sch.get(block).writes):
             sch.set_scope(block, buffer_index=i, storage_scope="shared")
         sch.compute_at(block, anchor, preserve_unit_loops=True)
-        red = sch.get_loops(block)[-kind.count("R"):]
-        _, tx = sch.split(sch.fuse(*red) if len(red) > 1 else red[0], [None, shape.x])
-        sch.bind(tx, "threadIdx.x")
+        _bind_lanes(sch, sch.get_loops(block)[-kind.count("R"):], shape, lanes_y)
     return True
 
 
