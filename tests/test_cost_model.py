@@ -16,7 +16,7 @@ import pytest
 
 from tvm_ext.hardware import load_device
 from tvm_ext.select.analytic import AnalyticCostModel, dram_bytes, fits_l2, wave_factor
-from tvm_ext.select.candidate import CodePath, LaunchShape
+from tvm_ext.select.candidate import CodePath, LaunchShape, StageWork
 from tvm_ext.select.database import Database
 from tvm_ext.select.measured import MIN_RECORDS, MeasuredCostModel, kernel_description, measurement_record
 
@@ -26,21 +26,8 @@ DRAM_BW = 3.35e12 * 0.9          # achievable DRAM bandwidth when enough bytes a
 L2_BW = 10.1376e12
 
 
-@dataclasses.dataclass(frozen=True)
-class Kernel:
-    """The fields the analytic model reads (a Candidate has them all)."""
-
-    flops: int
-    global_bytes: int
-    launch: LaunchShape
-    code_path: CodePath = CodePath.SIMT
-    dtype: str = "float32"
-    unique_bytes: int = 0
-    dram_bytes: int = 0
-
-    def __post_init__(self):
-        if not self.unique_bytes:
-            object.__setattr__(self, "unique_bytes", self.global_bytes)
+#: The fields the analytic model reads of a kernel, and nothing else.
+Kernel = StageWork
 
 
 def test_constants_are_the_h100_file():

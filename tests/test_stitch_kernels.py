@@ -20,6 +20,7 @@ from tvm_ext.toolchain import compile_cuda_source, nvcc_available
 from tvm_ext.models import get_model
 from tvm_ext.driver import preset_passes, preset_pipeline
 from tvm_ext.select import planned_by
+from tvm_ext.testing.device_kernels import device_kernels
 
 pytestmark = pytest.mark.skipif(not nvcc_available(), reason="nvcc / CUDA toolkit not found")
 
@@ -137,7 +138,7 @@ def test_global_scheme_group_has_grid_barrier_and_cooperative_launch(target_name
     assert _extent(func, "blockIdx.x") <= min_blocks * spec.sm_count
     assert src.count("tvm_builtin_cuda_grid_sync();") == 2        # power.1 and reduce.2 are global
     compile_cuda_source(src, target)
-    kernel = _device_kernels(func.with_attr("global_symbol", "fig7"), target)["fig7_kernel"]
+    kernel = device_kernels(tvm.IRModule({"fig7": func.with_attr("global_symbol", "fig7")}), target)["fig7_kernel"]
     assert ttir.COOPERATIVE_TAG in ttir.launch_params(kernel)
 
 
@@ -149,30 +150,6 @@ def _extent(func: tvm.tirx.PrimFunc, tag: str) -> int:
                if lp.thread_binding is not None and str(lp.thread_binding.thread_tag) == tag}
     assert len(extents) <= 1, (tag, extents)
     return extents.pop() if extents else 1
-
-
-_CAPTURED: list = []
-
-
-def _capture_factory():
-    passes, fin_host, fin_dev = tvm.tirx.get_tir_pipeline(ttir.PIPELINE_NAME)
-
-    @tvm.transform.module_pass(opt_level=0, name="CaptureStitchKernels")
-    def capture(mod, _ctx):
-        _CAPTURED.append(mod)
-        return mod
-
-    return tvm.transform.Sequential([passes, capture]), fin_host, fin_dev
-
-
-def _device_kernels(func, target) -> dict:
-    from tvm.tirx import compilation_pipeline
-
-    if "tvm_ext_test_stitch_capture" not in compilation_pipeline.PIPELINE_MAP:
-        compilation_pipeline.register_tir_pipeline("tvm_ext_test_stitch_capture", _capture_factory)
-    _CAPTURED.clear()
-    tvm.compile(tvm.IRModule({"fig7": func}), target, tir_pipeline="tvm_ext_test_stitch_capture")
-    return {gv.name_hint: f for gv, f in _CAPTURED[-1].functions_items() if ttir.is_device_kernel(f)}
 
 
 @pytest.mark.parametrize("make,syncs", [(squeeze_excite_module, True), (long_rows_module, True)],

@@ -20,7 +20,8 @@ from tvm_ext.subprogram import (SubprogramGenerator, SubprogramPlan, ThreadShape
                                 schedule_to_shape, stage_function, thread_shape)
 from tvm_ext.subprogram.stages import StageError, StageSpec
 from tvm_ext.testing.thread_serial import compare_scheduled
-from tvm_ext.tir import COOPERATIVE_TAG, PIPELINE_NAME, has_grid_sync, is_device_kernel, launch_params
+from tvm_ext.testing.device_kernels import device_kernels
+from tvm_ext.tir import COOPERATIVE_TAG, has_grid_sync, launch_params
 from tvm_ext.toolchain import compile_cuda_source, nvcc_available
 from relax_examples import Attention
 
@@ -135,40 +136,9 @@ def test_merged_kernel_virtual_blocks_and_memory_stages():
     assert check.ok, check
 
 
-_CAPTURED: list = []
-
-
-def _capture_factory():
-    passes, fin_host, fin_dev = tvm.tirx.get_tir_pipeline(PIPELINE_NAME)
-
-    @tvm.transform.module_pass(opt_level=0, name="CaptureMergedKernels")
-    def capture(mod, _ctx):
-        _CAPTURED.append(mod)
-        return mod
-
-    return tvm.transform.Sequential([passes, capture]), fin_host, fin_dev
-
-
-def test_odd_row_counts_take_one_row_per_block():
-    """Rows that threadIdx.y does not divide would leave a partial row tile, whose reduction's
-    __syncthreads TVM refuses under a condition: each block takes one row instead."""
-    func = _fused(OddRows)
-    made = design(func, DEVICE, H100)
-    memory = [s for s in made.stages if s.spec.kind == "memory"]
-    assert memory and all(launch_shape(s.scheduled).grid == 37 for s in memory)
-    check = compare_scheduled(func, made.merged.func)
-    assert check.ok, check
-
-
 def test_cooperative_tag_on_device_kernel():
-    from tvm.tirx import compilation_pipeline
-
-    if "tvm_ext_test_merged_capture" not in compilation_pipeline.PIPELINE_MAP:
-        compilation_pipeline.register_tir_pipeline("tvm_ext_test_merged_capture", _capture_factory)
     merged = design(_fused(ProjSoftmaxProj), DEVICE, H100).merged.func.with_attr("global_symbol", "main")
-    _CAPTURED.clear()
-    tvm.compile(tvm.IRModule({"main": merged}), H100, tir_pipeline="tvm_ext_test_merged_capture")
-    (kernel,) = [f for _, f in _CAPTURED[-1].functions_items() if is_device_kernel(f)]
+    (kernel,) = device_kernels(tvm.IRModule({"main": merged}), H100).values()
     assert COOPERATIVE_TAG in launch_params(kernel)
 
 

@@ -33,7 +33,7 @@ from ..select.context import SelectionContext
 from ..select.emit import EmitError
 from ..select.generator import ScheduledKernel, ScheduleRefused, register_generator
 from .kernel import Design, build, design
-from .partition import Subprogram, dlight_shapes, partition
+from .partition import Subprogram, dlight_schedules, dlight_shapes, partition
 from .plans import SubprogramPlan
 from .stages import StageError, is_gemm_like, statement_block, statements
 from .te_graph import TEGraph
@@ -50,25 +50,14 @@ def is_gemm_node(func: tirx.PrimFunc) -> bool:
         return False
 
 
-def _node_threads(ctx: SelectionContext, teg: TEGraph) -> dict[int, ThreadShape | None]:
-    """The thread shape dlight gives each GEMM-like node (None: not one (x, y) shape); the other
-    nodes become memory stages, scheduled to their GEMMs' threads."""
-    from ..dlight.rules import apply_rules
-
+def _thread_shapes(schedules: dict[int, tirx.PrimFunc], nodes) -> dict[int, ThreadShape | None]:
+    """The thread shape of each of ``nodes`` in its dlight schedule (None: not one (x, y) shape)."""
     out: dict[int, ThreadShape | None] = {}
-    with ctx.target:
-        for i in teg.order:
-            func = ctx.graph.nodes[i].func
-            if func is None or not is_gemm_node(func):
-                continue
-
-            def shape(func=func) -> ThreadShape | None:
-                try:
-                    return thread_shape(apply_rules(func, ctx.target).func)
-                except StageError:
-                    return None
-
-            out[i] = ctx.memo(("subprogram.threads", ctx.signature((i,))), shape)
+    for i in nodes:
+        try:
+            out[i] = thread_shape(schedules[i])
+        except StageError:
+            out[i] = None
     return out
 
 
@@ -130,9 +119,13 @@ class SubprogramGenerator:
 
     def candidates(self, ctx: SelectionContext) -> list[Candidate]:  # noqa: D102 - protocol
         teg = TEGraph(ctx.graph)
-        threads = _node_threads(ctx, teg)
+        funcs = {i: ctx.graph.nodes[i].func for i in teg.order}
+        gemms = [i for i in teg.order if funcs[i] is not None and is_gemm_node(funcs[i])]
+        compute = [i for i in teg.order if teg.compute_intensive(i)]
+        schedules = dlight_schedules(teg, ctx.target, dict.fromkeys(gemms + compute))
+        threads = _thread_shapes(schedules, gemms)
         out = []
-        for part in partition(teg, ctx.device, dlight_shapes(teg, ctx.target)):
+        for part in partition(teg, ctx.device, dlight_shapes(teg, ctx.target, schedules)):
             if part.external:
                 continue
             for members in pieces(part, threads):

@@ -127,26 +127,37 @@ def partition(teg: TEGraph, device: DeviceSpec, shapes: Mapping[int, LaunchShape
     return out
 
 
-def dlight_shapes(teg: TEGraph, target: tvm.target.Target) -> dict[int, LaunchShape]:
-    """Launch shapes of the compute-intensive nodes as dlight schedules them for ``target``
-    (scheduled once per distinct PrimFunc)."""
+def dlight_schedules(teg: TEGraph, target: tvm.target.Target, nodes) -> dict[int, "tvm.tirx.PrimFunc"]:
+    """``nodes`` (with a PrimFunc) as dlight schedules them for ``target``, scheduled once per
+    distinct PrimFunc."""
     import tvm_ffi
 
     from ..dlight.rules import apply_rules
-    from ..select.launch import launch_shape
 
-    memo: dict[int, LaunchShape] = {}
+    memo: dict[int, tvm.tirx.PrimFunc] = {}
     out = {}
     with target:
-        for i in teg.order:
+        for i in nodes:
             func = teg.graph.nodes[i].func
-            if func is None or not teg.compute_intensive(i):
+            if func is None:
                 continue
             key = tvm_ffi.structural_hash(func)
             if key not in memo:
-                memo[key] = launch_shape(apply_rules(func, target).func)
+                memo[key] = apply_rules(func, target).func
             out[i] = memo[key]
     return out
 
 
-__all__ = ["Subprogram", "dlight_shapes", "partition", "resident_blocks"]
+def dlight_shapes(teg: TEGraph, target: tvm.target.Target,
+                  schedules: Mapping[int, "tvm.tirx.PrimFunc"] | None = None) -> dict[int, LaunchShape]:
+    """Launch shapes of the compute-intensive nodes as dlight schedules them for ``target``
+    (``schedules``: dlight schedules already made, :func:`dlight_schedules`)."""
+    from ..select.launch import launch_shape
+
+    compute = [i for i in teg.order if teg.compute_intensive(i)]
+    if schedules is None:
+        schedules = dlight_schedules(teg, target, compute)
+    return {i: launch_shape(schedules[i]) for i in compute if i in schedules}
+
+
+__all__ = ["Subprogram", "dlight_schedules", "dlight_shapes", "partition", "resident_blocks"]
