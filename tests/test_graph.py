@@ -229,3 +229,36 @@ def test_shape_values_carry_no_tensors():
         "x": ((2, 3), TensorKind.INPUT), y: ((3, 2), TensorKind.INTERMEDIATE), "gv": ((3, 2), TensorKind.OUTPUT)}
     assert graph.topological_order() == [0, 1, 2]
     assert graph.nodes[-1].op_class == OpClass.ELEMENTWISE
+
+
+def _gathers() -> tvm.IRModule:
+    """An embedding lookup (take of 128 rows of a 1000 x 64 table), a gather_elements, and an
+    add that reads the table whole."""
+    bb = relax.BlockBuilder()
+    table = relax.Var("table", _t((1000, 64), "float16"))
+    ids, idx = relax.Var("ids", _t((1, 128), "int64")), relax.Var("idx", _t((10, 64), "int64"))
+    with bb.function("main", [table, ids, idx]):
+        with bb.dataflow():
+            emb = bb.emit(relax.op.take(table, ids, axis=0), "emb")
+            gat = bb.emit(relax.op.gather_elements(table, idx, axis=0), "gat")
+            whole = bb.emit(relax.op.add(table, table), "whole")
+            out = bb.emit_output(relax.Tuple([emb, gat, whole]))
+        bb.emit_func_output(out)
+    return relax.transform.LegalizeOps()(bb.get())
+
+
+def test_gathers_read_what_they_gather_not_the_whole_table():
+    graph = OpGraph.from_module(_gathers())
+    emb, gat, whole = graph.node("emb"), graph.node("gat"), graph.node("whole")
+    table = "table"
+    assert graph.tensors[table].nbytes == 1000 * 64 * 2
+    # take: one table element per output element (128 x 64), plus the ids read whole
+    assert dict(emb.gathered) == {table: 128 * 64 * 2}
+    assert emb.bytes_read == 128 * 64 * 2 + 128 * 8
+    assert dict(gat.gathered) == {table: 10 * 64 * 2}
+    assert whole.gathered == ()
+    assert graph.read_bytes(table, [emb.index]) == 128 * 64 * 2
+    assert graph.read_bytes(table, [emb.index, gat.index]) == (128 + 10) * 64 * 2
+    # a set in which one member reads the table whole reads all of it, once
+    assert graph.read_bytes(table, [emb.index, whole.index]) == 1000 * 64 * 2
+    assert graph.boundary_bytes([emb.index]) == 128 * 64 * 2 + 128 * 8 + 128 * 64 * 2

@@ -159,8 +159,7 @@ def group_traffic_default(graph: OpGraph, members: int | Iterable[int]) -> int:
     >>> group_traffic_default(graph, [0, 1]) == (98304*64 + 64*128 + 98304*128) * 4
     True
     """
-    inputs, outputs = graph.boundary(group_members(graph, members))
-    return sum(graph.tensors[t].nbytes for t in inputs) + sum(graph.tensors[t].nbytes for t in outputs)
+    return graph.boundary_bytes(group_members(graph, members))
 
 
 def min_traffic(graph: OpGraph, members: int | Iterable[int]) -> int:

@@ -24,6 +24,7 @@ import tvm
 from tvm import relax, tirx
 
 from .classify import OpClass, classify, func_flops
+from .gather import gathered_reads
 
 #: SOUFFLE's default: below this many flops per byte an operator is memory-intensive.
 DEFAULT_INTENSITY_THRESHOLD = 3.0
@@ -74,6 +75,10 @@ class OpNode:
     bytes_written: int
     memory_intensive: bool
     group: str | None = None
+    #: (tensor, bytes) for inputs the node only gathers from (data-dependent indices): it reads at
+    #: most that many bytes of them (:func:`~tvm_ext.graph.gather.gathered_reads`); every other
+    #: input is read whole.
+    gathered: tuple[tuple[str, int], ...] = ()
     #: The Relax call this node was legalized from (``R.matmul(x, w)``), when the graph was built
     #: with the pre-legalization function (``OpGraph.from_module(..., origin=...)``); else None.
     origin: relax.Call | None = field(default=None, compare=False)
@@ -83,6 +88,10 @@ class OpNode:
         """Flops per byte of unfused global traffic."""
         moved = self.bytes_read + self.bytes_written
         return self.flops / moved if moved else 0.0
+
+    def reads(self, tensor: str, nbytes: int) -> int:
+        """Bytes of input ``tensor`` (``nbytes`` in all) this node reads."""
+        return min(nbytes, dict(self.gathered).get(tensor, nbytes))
 
 
 @dataclass
@@ -154,7 +163,8 @@ class _Builder:
             pattern = int(func.attrs["op_pattern"])
         op_class = classify(func, pattern)
         flops = func_flops(func) if func is not None else 0
-        read = sum(self.tensor_bytes(t) for t in dict.fromkeys(args))
+        gathered = _gathered(func, args, self.tensors)
+        read = sum(min(self.tensor_bytes(t), gathered.get(t, self.tensor_bytes(t))) for t in dict.fromkeys(args))
         written = sum(self.tensor_bytes(t) for t in outs)
         moved = read + written
         intensity = flops / moved if moved else 0.0
@@ -162,7 +172,7 @@ class _Builder:
                                inputs=args, outputs=outs, pattern=pattern, op_class=op_class,
                                flops=flops, bytes_read=read, bytes_written=written,
                                memory_intensive=op_class != OpClass.OPAQUE and intensity < self.threshold,
-                               group=group, origin=self.origins.get(var) if group is None else None))
+                               group=group, gathered=tuple(gathered.items()), origin=self.origins.get(var) if group is None else None))
         for t in dict.fromkeys(args):
             self.tensors[t]["consumers"].append(index)
 
@@ -214,6 +224,21 @@ class _Builder:
         args = tuple(n for a in call.args if isinstance(a, (relax.Var, tvm.ir.Constant, relax.Tuple))
                      for n in self.operand(a))
         self.add_node(var, name, None, args, var.ty, group)
+
+
+def _gathered(func: tirx.PrimFunc | None, args: tuple[str, ...], tensors: dict) -> dict[str, int]:
+    """Bytes of each argument ``func`` only gathers from (its parameters follow ``args`` in order);
+    an argument passed twice, once read whole, is read whole."""
+    if func is None:
+        return {}
+    bound = gathered_reads(func)
+    out: dict[str, int] = {}
+    for k, t in enumerate(args):
+        if k not in bound:
+            out[t] = -1
+        elif out.get(t, 0) >= 0:
+            out[t] = out.get(t, 0) + bound[k] * element_bytes(tensors[t]["dtype"])
+    return {t: b for t, b in out.items() if b >= 0}
 
 
 def _is_primitive(func: relax.Function) -> bool:
@@ -349,6 +374,20 @@ class OpGraph:
                     seen.add(c)
                     frontier.append(c)
         return True
+
+    def read_bytes(self, tensor: str, readers: Iterable[int]) -> int:
+        """Bytes of ``tensor`` that ``readers`` (nodes consuming it) read from global memory, once:
+        all of it, unless every reader only gathers from it (then at most what they gather)."""
+        full = self.tensors[tensor].nbytes
+        return min(full, sum(self.nodes[r].reads(tensor, full) for r in readers if tensor in self.nodes[r].inputs))
+
+    def boundary_bytes(self, members: Iterable[int]) -> int:
+        """Bytes a node set reads from and writes to global memory: each boundary input as its
+        members read it (:meth:`read_bytes`), each escaping output once."""
+        inside = set(members)
+        inputs, outputs = self.boundary(inside)
+        return (sum(self.read_bytes(t, inside) for t in inputs)
+                + sum(self.tensors[t].nbytes for t in outputs))
 
     def boundary(self, members: Iterable[int]) -> tuple[list[str], list[str]]:
         """External input tensors and escaping output tensors of a node set."""

@@ -205,9 +205,11 @@ def boundary(graph: OpGraph, members: Iterable[int], recomputes: Iterable[int] =
 
 
 def boundary_bytes(graph: OpGraph, members: Iterable[int], recomputes: Iterable[int] = ()) -> int:
-    """Bytes of the tensors a node set reads from and writes to global memory, once each."""
+    """Bytes of the tensors a node set reads from and writes to global memory, once each (inputs
+    as its members read them: :meth:`~tvm_ext.graph.OpGraph.read_bytes`)."""
+    members = set(members)
     inputs, outputs = boundary(graph, members, recomputes)
-    return int(sum(graph.tensors[t].nbytes for t in inputs + outputs))
+    return int(sum(graph.read_bytes(t, members) for t in inputs) + sum(graph.tensors[t].nbytes for t in outputs))
 
 
 def dominant_dtype(graph: OpGraph, members: Iterable[int]) -> str:

@@ -3,8 +3,8 @@
 A selection prices *candidates* before they are built; the report prices the kernels that were
 built, whichever preset built them (TVM's own pipeline included), so that presets compare on
 the same footing. :func:`describe_scheduled` reads a scheduled PrimFunc: its flops (from its
-unscheduled form), its global traffic (every parameter once; a workspace the schedule added is
-written and read back), its launch shape (:func:`~tvm_ext.select.launch.launch_shape`) and its code
+unscheduled form), its global traffic (every parameter once, an input it only gathers from as
+much as it gathers; a workspace the schedule added is written and read back), its launch shape (:func:`~tvm_ext.select.launch.launch_shape`) and its code
 path (tensor-core fragments mean ``mma_sync``). :func:`describe_library` reads a library kernel's
 record (:data:`~tvm_ext.select.attrs.LIBRARY_KERNELS_ATTR`).
 
@@ -24,7 +24,7 @@ from typing import Any, Mapping
 from tvm import tirx
 
 from ..analysis import element_bytes
-from ..graph import func_flops
+from ..graph import func_flops, gathered_reads
 from .candidate import CodePath, LaunchShape
 from .launch import launch_shape, uses_tensor_cores
 
@@ -76,6 +76,9 @@ def describe_scheduled(graph_func: tirx.PrimFunc, scheduled: tirx.PrimFunc,
     from .plan import PlanError, plan_of
 
     sizes = [_param_bytes(p) for p in scheduled.params]
+    for k, elements in gathered_reads(graph_func).items():   # an input it only gathers from
+        nbytes, dtype = sizes[k]
+        sizes[k] = (min(nbytes, elements * element_bytes(dtype)), dtype)
     regular = len(graph_func.params)
     moved = sum(b for b, _ in sizes[:regular]) + 2 * sum(b for b, _ in sizes[regular:])
     unique = sum(b for b, _ in sizes)
