@@ -44,6 +44,22 @@ class ProjSoftmaxProj:
 
 
 @I.ir_module
+class RowChainBeforeGemm:
+    """Bindings: exp, exp, matmul, add. Kahn's order (exp, matmul, exp, add) is not the binding
+    order, in which FuseTIR writes the fused function's statements."""
+
+    @R.function
+    def main(x: R.Tensor((64, 64), "float32"), y: R.Tensor((64, 64), "float32"), w: R.Tensor((64, 64), "float32")):
+        with R.dataflow():
+            a0 = R.exp(x)
+            a1 = R.exp(a0)
+            m = R.matmul(y, w)
+            o = R.add(m, a1)
+            R.output(o)
+        return o
+
+
+@I.ir_module
 class OddRows:
     """37 rows: no thread shape's threadIdx.y divides them."""
 
@@ -180,6 +196,20 @@ def test_generator_proposes_priced_merged_kernels():
     (cand,) = cands
     assert set(cand.nodes) == set(ctx.call_nodes()) and cand.launch.kernels == 1
     assert len(cand.stages) == len(cand.plan.stages) and cand.launch.grid_syncs == cand.plan.grid_syncs
+    assert sum(s.flops for s in cand.stages) == cand.flops
+
+
+def test_stage_work_follows_the_fused_statement_order():
+    """Each stage is priced with its own members' flops and bytes (found by binding order, not by
+    topological order): the GEMM's flops go with the GEMM stage's launch."""
+    legal = _legal(RowChainBeforeGemm)
+    graph = OpGraph.from_module(legal)
+    ctx = SelectionContext(legal, "main", graph, DEVICE, H100)
+    assert ctx.ordered(ctx.call_nodes()) != ctx.in_binding_order(ctx.call_nodes())
+    (cand,) = SubprogramGenerator().candidates(ctx)
+    gemm_flops = graph.node("m").flops
+    for spec, work in zip(cand.plan.stages, cand.stages):
+        assert (work.flops >= gemm_flops) == (spec.kind == "compute"), (spec, work)
     assert sum(s.flops for s in cand.stages) == cand.flops
 
 

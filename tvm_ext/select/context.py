@@ -59,6 +59,7 @@ class SelectionContext:
         self.target = target
         self.origin = origin
         self._node_of_var: dict | None = None
+        self._site: list | None = None
         #: (generator, nodes, reason) of every candidate a generator could not plan.
         self.dropped: list[tuple[str, tuple[int, ...], str]] = []
         #: Candidates the generators before the current one proposed (a later generator may
@@ -87,6 +88,14 @@ class SelectionContext:
     def ordered(self, nodes: Iterable[int]) -> tuple[int, ...]:
         """``nodes`` in topological order, without duplicates."""
         return tuple(sorted(set(nodes), key=self._order.__getitem__))
+
+    def in_binding_order(self, nodes: Iterable[int]) -> tuple[int, ...]:
+        """``nodes`` in the order of their bindings, the order in which ``FuseTIR`` writes their
+        statements into the fused function (:meth:`fused_function`); it can differ from the
+        topological order :meth:`ordered` gives (Kahn's, breadth first)."""
+        if self._site is None:
+            self._site = call_bindings(self.mod[self.func_name])
+        return tuple(sorted(set(nodes), key=self._site.__getitem__))
 
     def drop(self, generator: str, nodes: Iterable[int], reason: str) -> None:
         """Record a candidate ``generator`` could not plan (reports list them)."""

@@ -81,9 +81,9 @@ def pieces(part: Subprogram, threads: dict[int, ThreadShape | None]) -> list[tup
 
 
 def _stage_nodes(ctx: SelectionContext, members: tuple[int, ...], plan: SubprogramPlan) -> list[list[int]]:
-    """The members behind each stage (``FuseTIR`` writes the members' statements in order)."""
+    """The members behind each stage (``FuseTIR`` writes the members' statements in binding order)."""
     owner: list[int] = []
-    for n in members:
+    for n in ctx.in_binding_order(members):
         owner += [n] * len(statements(ctx.graph.nodes[n].func))
     stages: list[list[int]] = []
     for spec in plan.stages:
