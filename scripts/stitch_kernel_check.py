@@ -1,19 +1,23 @@
 #!/usr/bin/env python3
-"""Check every stitched kernel of some models: nvcc compiles it, and it computes what the
-unscheduled function computes when its threads run one after another on the CPU (no GPU needed).
+"""Check every stitched (or merged subprogram) kernel of some models: nvcc compiles it, and it
+computes what the unscheduled function computes when its threads run one after another on the
+CPU (no GPU needed).
 
-For each model the ``stitch`` preset's graph and schedule stages run for each target; the
-kernels built from stitch plans are code-generated together and the CUDA is compiled with nvcc
-for the target's arch; each is also run thread-serialized on the CPU against its unscheduled
-form (:func:`tvm_ext.testing.kernel_check.check_planned_kernels`, skip with ``--no-cpu``).
-Fallbacks are listed too::
+For each model the preset's graph and schedule stages run for each target (``--preset stitch``,
+the default, or ``subprogram``: the kernels its generator planned are checked); the planned
+kernels are code-generated together and the CUDA is compiled with nvcc for the target's arch;
+every device kernel with a grid barrier must be marked for cooperative launch; each is also run
+thread-serialized on the CPU against its unscheduled form (a merged kernel stage by stage:
+:func:`tvm_ext.testing.kernel_check.check_planned_kernels`, skip with ``--no-cpu``). Fallbacks
+are listed too::
 
     python3 scripts/stitch_kernel_check.py                                # every skeleton, sm_80 + sm_90
     python3 scripts/stitch_kernel_check.py --variants bert_base_s128_b1_fp32  # + every shape variant
     python3 scripts/stitch_kernel_check.py vit_b16_b1_fp32 --targets tvm_ext/h100
+    python3 scripts/stitch_kernel_check.py --preset subprogram --fp16 bert_base_s128_b1_fp32 lstm_s32_b1_fp32
 
-Exit status: 0 if every model's stitched kernels compile, match on the CPU and none fell back,
-1 otherwise.
+Exit status: 0 if every model's planned kernels compile, match on the CPU, none fell back and
+every grid barrier is launched cooperatively, 1 otherwise.
 """
 from __future__ import annotations
 
@@ -37,12 +41,14 @@ from preset_numerics import report_row  # noqa: E402  (one JSON line per row, as
 log = logging.getLogger("stitch_kernel_check")
 
 
-def check_model(name: str, model, target_name: str, cpu: bool = True, fp16: bool = False) -> dict:
-    """Stitch ``model`` (imported in fp16 with ``fp16``) for ``target_name`` and run the kernel
-    check (:func:`tvm_ext.testing.kernel_check.check_planned_kernels`) on it."""
+def check_model(name: str, model, target_name: str, cpu: bool = True, fp16: bool = False,
+                preset: str = "stitch") -> dict:
+    """Build ``model`` (imported in fp16 with ``fp16``) with ``preset`` for ``target_name`` and run
+    the kernel check (:func:`tvm_ext.testing.kernel_check.check_planned_kernels`) on the kernels
+    that preset's own generator planned."""
     target = tvm.target.Target(target_name)
-    result = check_planned_kernels(from_onnx(model, fp16=fp16), target, cpu=cpu)
-    return {"model": name, "target": target_name, "fp16": fp16, **result.to_json()}
+    result = check_planned_kernels(from_onnx(model, fp16=fp16), target, preset=preset, generator=preset, cpu=cpu)
+    return {"model": name, "preset": preset, "target": target_name, "fp16": fp16, **result.to_json()}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -54,6 +60,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, default=None, help="append one JSON line per model and target")
     parser.add_argument("--no-cpu", action="store_true", help="skip the thread-serialized CPU comparison")
     parser.add_argument("--fp16", action="store_true", help="import the models in fp16")
+    parser.add_argument("--preset", choices=["stitch", "subprogram"], default="stitch",
+                        help="whose planned kernels to check (default: stitch)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     files = [n for n in args.models if n not in VARIANTS]
@@ -69,7 +77,8 @@ def main(argv: list[str] | None = None) -> int:
         for target_name in args.targets:
             start = time.perf_counter()
             try:
-                row = check_model(name, build(), target_name, cpu=not args.no_cpu, fp16=args.fp16)
+                row = check_model(name, build(), target_name, cpu=not args.no_cpu, fp16=args.fp16,
+                                  preset=args.preset)
             except TvmExtError as err:
                 row = {"model": name, "target": target_name, "ok": False, "error": f"{type(err).__name__}: {err}"}
             row["seconds"] = round(time.perf_counter() - start, 1)

@@ -4,8 +4,9 @@ CPU they compute what their unscheduled functions compute (no GPU needed).
 For one module and target, the preset's graph and schedule stages run; every PrimFunc whose plan
 came from ``generator`` is code-generated (TIR pipeline ``"tvm_ext"``) and the CUDA compiled with
 nvcc for the target's arch; each is also run with its threads serialized against its unscheduled
-form (:mod:`tvm_ext.testing.thread_serial`). A planned kernel that fell back to dlight is a
-failure of the check. ``scripts/stitch_kernel_check.py`` runs it over the seed suite and the
+form (:mod:`tvm_ext.testing.thread_serial`). A planned kernel that fell back to dlight, or a
+device kernel with a grid barrier that is not marked for cooperative launch, is a failure of the
+check. ``scripts/stitch_kernel_check.py`` runs it over the seed suite and the
 shape variants (:data:`tvm_ext.models.VARIANTS`); a test runs it over the variants.
 
 Example
@@ -23,8 +24,9 @@ import tvm
 
 from ..driver import preset_passes
 from ..select.attrs import planned_by
-from ..tir import PIPELINE_NAME
+from ..tir import COOPERATIVE_TAG, PIPELINE_NAME, has_grid_sync, launch_params
 from ..toolchain import compile_cuda_source
+from .device_kernels import device_kernels
 from .thread_serial import call_inputs, compare_scheduled
 
 
@@ -46,6 +48,9 @@ class KernelCheck:
         Kernels whose thread-serialized run differs from their unscheduled function.
     cpu_max_abs_err : float
         Largest absolute difference seen in the CPU comparison.
+    uncooperative : list of str
+        Device kernels with a grid barrier that the TIR pipeline did not mark for cooperative
+        launch (launched normally, their barrier could deadlock).
     """
 
     kernels: int = 0
@@ -55,6 +60,7 @@ class KernelCheck:
     nvcc_seconds: float = 0.0
     cpu_mismatch: list[str] = field(default_factory=list)
     cpu_max_abs_err: float = 0.0
+    uncooperative: list[str] = field(default_factory=list)
 
     @property
     def kinds(self) -> list[str]:
@@ -63,14 +69,14 @@ class KernelCheck:
 
     @property
     def ok(self) -> bool:
-        """No fallback and no CPU mismatch (nvcc failures raise)."""
-        return not self.fallbacks and not self.cpu_mismatch
+        """No fallback, no CPU mismatch, every grid barrier cooperatively launched (nvcc failures raise)."""
+        return not self.fallbacks and not self.cpu_mismatch and not self.uncooperative
 
     def to_json(self) -> dict[str, Any]:
         """JSON-serialisable form."""
         return {"kernels": self.kernels, "kinds": self.kinds, "rules": self.rules, "fallbacks": self.fallbacks, "arch": self.arch,
                 "nvcc_seconds": round(self.nvcc_seconds, 1), "cpu_mismatch": self.cpu_mismatch,
-                "cpu_max_abs_err": self.cpu_max_abs_err, "ok": self.ok}
+                "cpu_max_abs_err": self.cpu_max_abs_err, "uncooperative": self.uncooperative, "ok": self.ok}
 
 
 def check_planned_kernels(mod: tvm.IRModule, target: tvm.target.Target, *, preset: str = "stitch",
@@ -96,6 +102,8 @@ def check_planned_kernels(mod: tvm.IRModule, target: tvm.target.Target, *, prese
             lib = tvm.tirx.build(tvm.IRModule(built), target=target, pipeline=PIPELINE_NAME)
         result = compile_cuda_source(lib.imports[0].inspect_source(), target)
         out.arch, out.nvcc_seconds = result.arch, result.seconds
+        out.uncooperative = sorted(name for name, kernel in device_kernels(tvm.IRModule(built), target).items()
+                                   if has_grid_sync(kernel) and COOPERATIVE_TAG not in launch_params(kernel))
     if cpu:
         checks = {name: compare_scheduled(fused[name], scheduled[name], inputs=call_inputs(fused, name))
                   for name in built}
