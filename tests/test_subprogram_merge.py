@@ -60,6 +60,20 @@ class RowChainBeforeGemm:
 
 
 @I.ir_module
+class GemvThenGemm:
+    """A recurrent step's shape: a one-row product (dlight's GEMV rule) beside a 64-row GEMM."""
+
+    @R.function
+    def main(h: R.Tensor((1, 256), "float32"), wh: R.Tensor((256, 512), "float32"),
+             x: R.Tensor((64, 256), "float32"), wx: R.Tensor((256, 512), "float32")):
+        with R.dataflow():
+            g = R.sigmoid(R.matmul(h, wh))
+            o = R.add(R.matmul(x, wx), g)
+            R.output(o)
+        return o
+
+
+@I.ir_module
 class OddRows:
     """37 rows: no thread shape's threadIdx.y divides them."""
 
@@ -149,6 +163,19 @@ def test_merged_kernel_virtual_blocks_and_memory_stages():
     merged = build(func, small, H100)
     assert merged.grid == 1 and max(merged.stage_grids) > 1
     check = compare_scheduled(func, merged.func)
+    assert check.ok, check
+
+
+def test_gemv_stage_runs_at_the_gemm_threads():
+    """A compute stage dlight schedules with other threads (a GEMV) becomes a memory stage at the
+    thread shape of the stage doing the most work, and the merged kernel still computes the function."""
+    func = _fused(GemvThenGemm)
+    made = design(func, DEVICE, H100)
+    kinds = [s.kind for s in made.plan.stages]
+    assert kinds.count("compute") == 1 and len(made.plan.rules) == 1 and "memory" in kinds
+    gemm = next(s for s in made.stages if s.spec.kind == "compute")
+    assert thread_shape(gemm.scheduled) == made.plan.threads
+    check = compare_scheduled(func, build(func, made.plan, H100).func)
     assert check.ok, check
 
 

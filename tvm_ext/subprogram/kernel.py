@@ -2,8 +2,9 @@
 
 :func:`design` cuts a fused function into stages (:func:`~tvm_ext.subprogram.stages.default_stages`),
 schedules every compute stage with dlight's rules (a GEMM whose epilogue dlight cannot take in
-one kernel is split from it), takes the compute stages' common thread shape, schedules the
-memory stages to it (:mod:`tvm_ext.subprogram.uniform`), and sizes the launch: the largest
+one kernel is split from it), takes the thread shape of the compute stages doing the most work
+(a GEMV-like compute stage dlight schedules with other threads runs as a memory stage at that
+shape, :func:`_common_shape`), schedules the memory stages to it (:mod:`tvm_ext.subprogram.uniform`), and sizes the launch: the largest
 stage grid, capped at the blocks resident at once (occupancy calculator, with the stages'
 largest shared memory and :data:`~tvm_ext.select.analytic.ASSUMED_REGISTERS` registers per
 thread, which the launch bound then enforces), and checks that TVM lowers the merged kernel.
@@ -29,6 +30,7 @@ import tvm
 from tvm import tirx
 
 from ..dlight.rules import apply_rules
+from ..graph import func_flops
 from ..hardware import DeviceSpec, occupancy
 from ..select.analytic import ASSUMED_REGISTERS
 from ..select.launch import launch_shape, uses_tensor_cores
@@ -115,6 +117,25 @@ def _launch(device: DeviceSpec, shape: ThreadShape, stages: list[ScheduledStage]
     return min(max(s.grid for s in stages), blocks_per_sm * device.sm_count), blocks_per_sm
 
 
+def _common_shape(compute: list[ScheduledStage]) -> ThreadShape:
+    """The thread shape every stage will run with: that of the compute stages doing the most work.
+
+    A compute stage dlight schedules differently is a GEMV-like contraction (dlight's ``GEMV`` /
+    ``Reduction`` rules: memory-bound, a row reduction per output) and becomes a memory stage at
+    that shape; a stage dlight schedules as a ``Matmul`` with another shape cannot (its tiles are
+    made for its own threads).
+    """
+    work: dict[ThreadShape, int] = {}
+    for s in compute:
+        shape = thread_shape(s.scheduled)
+        work[shape] = work.get(shape, 0) + func_flops(s.func) + 1
+    shape = max(work, key=work.__getitem__)
+    odd = sorted({(t.x, t.y) for t in work if t != shape})
+    if odd and any(s.rule == "Matmul" and thread_shape(s.scheduled) != shape for s in compute):
+        raise StageError(f"compute stages use different thread shapes {sorted([(shape.x, shape.y)] + odd)}")
+    return shape
+
+
 def design(func: tirx.PrimFunc, device: DeviceSpec, target: tvm.target.Target) -> Design:
     """The plan of ``func``'s merged kernel (module docstring).
 
@@ -129,11 +150,11 @@ def design(func: tirx.PrimFunc, device: DeviceSpec, target: tvm.target.Target) -
         compute = [p for p in parts if isinstance(p, ScheduledStage)]
         if not compute:
             raise StageError("no compute stage: nothing to merge around")
-        shapes = {thread_shape(s.scheduled) for s in compute}
-        if len(shapes) != 1:
-            raise StageError(f"compute stages use different thread shapes {sorted((s.x, s.y) for s in shapes)}")
-        (shape,) = shapes
-        stages = [p if isinstance(p, ScheduledStage) else _memory(func, p, shape) for p in parts]
+        shape = _common_shape(compute)
+        stages = [_memory(func, StageSpec(p.spec.statements, "memory"), shape)
+                  if isinstance(p, ScheduledStage) and thread_shape(p.scheduled) != shape
+                  else p if isinstance(p, ScheduledStage) else _memory(func, p, shape) for p in parts]
+        compute = [s for s in stages if s.spec.kind == "compute"]
     grid, blocks_per_sm = _launch(device, shape, stages)
     merged = merge_stages(func, [(s.scheduled, s.func) for s in stages], grid, blocks_per_sm)
     problem = lowering_problem(merged.func, "subprogram_check", target)
