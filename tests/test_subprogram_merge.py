@@ -226,6 +226,25 @@ def test_generator_proposes_priced_merged_kernels():
     assert sum(s.flops for s in cand.stages) == cand.flops
 
 
+def test_report_prices_a_merged_kernel_as_the_selection_did():
+    """The plan carries each stage's work: the built kernel's description is priced stage by stage
+    with it, equal to the candidate's price, and the plan survives its JSON round trip."""
+    from tvm_ext.select.describe import describe_scheduled
+    from tvm_ext.select.plan import plan_from_text, plan_to_text, with_plan
+
+    legal = _legal(ProjSoftmaxProj)
+    ctx = SelectionContext(legal, "main", OpGraph.from_module(legal), DEVICE, H100)
+    (cand,) = SubprogramGenerator().candidates(ctx)
+    plan = cand.plan
+    assert plan.work == cand.stages and plan_from_text(plan_to_text(plan)) == plan
+    func = with_plan(ctx.fused_function(cand.nodes), plan)
+    kernel = describe_scheduled(func, build(func, plan, H100).func)
+    model = AnalyticCostModel()
+    built, proposed = model.cost(kernel, DEVICE), model.cost(cand, DEVICE)
+    assert built.parts["stages_s"] == pytest.approx(proposed.parts["stages_s"])
+    assert built.seconds == pytest.approx(proposed.seconds)
+
+
 def test_stage_work_follows_the_fused_statement_order():
     """Each stage is priced with its own members' flops and bytes (found by binding order, not by
     topological order): the GEMM's flops go with the GEMM stage's launch."""

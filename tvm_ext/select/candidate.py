@@ -89,7 +89,15 @@ class StageWork:
     def to_json(self) -> dict:
         """JSON-serialisable form."""
         return {"flops": self.flops, "global_bytes": self.global_bytes, "launch": self.launch.to_json(),
-                "code_path": self.code_path.value, "dtype": self.dtype}
+                "code_path": self.code_path.value, "dtype": self.dtype, "unique_bytes": self.unique_bytes,
+                "dram_bytes": self.dram_bytes}
+
+    @classmethod
+    def from_json(cls, data: dict) -> "StageWork":
+        """Inverse of :meth:`to_json`."""
+        launch = LaunchShape(**{k: (None if v is None else int(v)) for k, v in dict(data["launch"]).items()})
+        return cls(int(data["flops"]), int(data["global_bytes"]), launch, CodePath(str(data["code_path"])),
+                   str(data["dtype"]), int(data.get("unique_bytes", 0)), int(data.get("dram_bytes", 0)))
 
 
 @dataclass(frozen=True)

@@ -4,9 +4,11 @@ A selection prices *candidates* before they are built; the report prices the ker
 built, whichever preset built them (TVM's own pipeline included), so that presets compare on
 the same footing. :func:`describe_scheduled` reads a scheduled PrimFunc: its flops (from its
 unscheduled form), its global traffic (every parameter once, an input it only gathers from as
-much as it gathers; a workspace the schedule added is written and read back), its launch shape (:func:`~tvm_ext.select.launch.launch_shape`) and its code
-path (tensor-core fragments mean ``mma_sync``). :func:`describe_library` reads a library kernel's
-record (:data:`~tvm_ext.select.attrs.LIBRARY_KERNELS_ATTR`).
+much as it gathers; a workspace the schedule added is written and read back), its launch shape
+(:func:`~tvm_ext.select.launch.launch_shape`) and its code path (tensor-core fragments mean
+``mma_sync``); a multi-stage kernel whose plan carries its stages' work (``plan.work``) is priced
+stage by stage with them, as the selection priced it. :func:`describe_library` reads a library
+kernel's record (:data:`~tvm_ext.select.attrs.LIBRARY_KERNELS_ATTR`).
 
 Example
 -------
@@ -45,6 +47,8 @@ class KernelDescription:
     plan: Any = None
     record_dtype: str = ""
     dram_bytes: int = 0
+    #: The stages of a multi-stage kernel, from its plan (``plan.work``), priced one after another.
+    stages: tuple = ()
 
     @property
     def database_dtype(self) -> str:
@@ -91,7 +95,7 @@ def describe_scheduled(graph_func: tirx.PrimFunc, scheduled: tirx.PrimFunc,
         plan = None
     key = kernel_key(graph_func, plan) if plan is not None else ""
     return KernelDescription(int(func_flops(graph_func)), int(moved), int(unique), launch_shape(scheduled), path,
-                             dtype, key=key, plan=plan)
+                             dtype, key=key, plan=plan, stages=tuple(getattr(plan, "work", ())))
 
 
 def describe_library(record: Mapping[str, Any]) -> KernelDescription | None:

@@ -20,6 +20,7 @@ Example
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 from typing import Any
 
@@ -156,7 +157,7 @@ class SubprogramGenerator:
             ctx.drop(self.name, members, str(err))
             return None
         stages = tuple(_stage_work(ctx, nodes, made, k) for k, nodes in enumerate(stage_nodes))
-        plan = made.plan
+        plan = dataclasses.replace(made.plan, work=stages)
         tensor = any(s.code_path == CodePath.MMA_SYNC for s in stages)
         launch = LaunchShape(grid=plan.grid, threads=plan.threads.threads,
                              shared_bytes=max(s.launch.shared_bytes for s in stages), grid_syncs=plan.grid_syncs)
