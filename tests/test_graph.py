@@ -262,3 +262,10 @@ def test_gathers_read_what_they_gather_not_the_whole_table():
     # a set in which one member reads the table whole reads all of it, once
     assert graph.read_bytes(table, [emb.index, whole.index]) == 1000 * 64 * 2
     assert graph.boundary_bytes([emb.index]) == 128 * 64 * 2 + 128 * 8 + 128 * 64 * 2
+
+
+def test_components_keep_item_order():
+    from tvm_ext.graph import components
+
+    assert components([1, 2, 3, 4, 5], [(3, 1), (5, 3)]) == [[1, 3, 5], [2], [4]]
+    assert components("abc", []) == [["a"], ["b"], ["c"]]

@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING, Iterable
 import numpy as np
 
 from ..errors import TvmExtError
+from ..graph.components import components as connected
 from .candidate import Candidate
 from .selector import Selection
 
@@ -69,29 +70,15 @@ class SelectionError(TvmExtError):
 def components(sets: Sequence[Iterable[int]], links: Sequence[Iterable[int]] = ()) -> list[list[int]]:
     """Indices of ``sets`` grouped into the connected parts of the "shares an element" relation
     (``links``: further groups of set indices that must share a part)."""
-    parent = list(range(len(sets)))
-
-    def find(x: int) -> int:
-        while parent[x] != x:
-            parent[x] = parent[parent[x]]
-            x = parent[x]
-        return x
-
+    pairs: list[tuple[int, int]] = []
     owner: dict[int, int] = {}
     for i, members in enumerate(sets):
         for n in members:
-            if n in owner:
-                parent[find(i)] = find(owner[n])
-            else:
-                owner[n] = i
+            pairs.append((i, owner.setdefault(n, i)))
     for group in links:
         group = list(group)
-        for j in group[1:]:
-            parent[find(j)] = find(group[0])
-    parts: dict[int, list[int]] = {}
-    for i in range(len(sets)):
-        parts.setdefault(find(i), []).append(i)
-    return list(parts.values())
+        pairs += [(j, group[0]) for j in group[1:]]
+    return connected(range(len(sets)), pairs)
 
 
 def _consumers(producers: Mapping[int, Iterable[int]]) -> dict[int, set[int]]:

@@ -30,6 +30,7 @@ from tvm import tirx
 from ..errors import TVM_ERRORS, TvmExtError
 from ..hardware import DeviceSpec
 from ..analysis import element_bytes
+from ..graph import components
 from .dominance import Dominance, find_dominants
 from .launch import LaunchConfig, launch_config
 from .locality import reads_same_row, row_split
@@ -259,23 +260,11 @@ def _schemes(g1: StitchGraph, rows: dict[str, int | None], demoted: set[str]) ->
 
 def _stages(g1: StitchGraph, schemes: dict[str, str]) -> tuple[list[tuple[str, list[str]]], str | None]:
     """Group ops into stages along regional edges; returns (root, members) lists or an op to demote."""
-    parent = {op.name: op.name for op in g1.ops}
-
-    def find(x: str) -> str:
-        while parent[x] != x:
-            parent[x] = parent[parent[x]]
-            x = parent[x]
-        return x
-
-    for op in g1.ops:
-        if schemes[op.name] == "regional":
-            for c, _ in g1.consumers(op):
-                parent[find(c.name)] = find(op.name)
-    comps: dict[str, list[StitchOp]] = {}
-    for op in g1.ops:
-        comps.setdefault(find(op.name), []).append(op)
+    regional_edges = [(op.name, c.name) for op in g1.ops if schemes[op.name] == "regional"
+                      for c, _ in g1.consumers(op)]
     out = []
-    for ops in comps.values():
+    for names in components([op.name for op in g1.ops], regional_edges):
+        ops = [g1.op(n) for n in names]
         sinks = [o for o in ops if schemes[o.name] != "regional"]
         if len(sinks) != 1:
             regional = [o for o in ops if schemes[o.name] == "regional"]

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from ..analysis import (FootprintReport, Region, TileSpec, TrafficReport, group_members, plan_best_fit,
                         propagate, tile_buffers, traffic)
 from ..errors import AnalysisError
-from ..graph import OpGraph
+from ..graph import OpGraph, components
 from .reduction import matmul_nodes, rstep_regions
 
 logger = logging.getLogger(__name__)
@@ -239,21 +239,8 @@ class TileGraph:
         Each group is in topological order; groups are ordered by their first member.
         """
         lvl = ConnectLevel.parse(level)
-        parent = {m: m for m in self.members}
-
-        def find(x: int) -> int:
-            while parent[x] != x:
-                parent[x] = parent[parent[x]]
-                x = parent[x]
-            return x
-
-        for e in self.edges:
-            if self._levels[e] >= lvl:
-                parent[find(e.producer)] = find(e.consumer)
-        groups: dict[int, list[int]] = {}
-        for m in self.members:  # members are in topological order
-            groups.setdefault(find(m), []).append(m)
-        return [tuple(g) for g in groups.values()]
+        joined = [(e.producer, e.consumer) for e in self.edges if self._levels[e] >= lvl]
+        return [tuple(g) for g in components(self.members, joined)]   # members are in topological order
 
     def kernels(self) -> list[tuple[int, ...]]:
         """Level-0 sub-graphs: the kernels (groups joined by shared or register edges)."""
