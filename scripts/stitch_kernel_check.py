@@ -15,6 +15,7 @@ are listed too::
     python3 scripts/stitch_kernel_check.py --variants bert_base_s128_b1_fp32  # + every shape variant
     python3 scripts/stitch_kernel_check.py vit_b16_b1_fp32 --targets tvm_ext/h100
     python3 scripts/stitch_kernel_check.py --preset subprogram --fp16 bert_base_s128_b1_fp32 lstm_s32_b1_fp32
+    python3 scripts/stitch_kernel_check.py --preset subprogram --every-candidate --variants   # all merged kernels
 
 Exit status: 0 if every model's planned kernels compile, match on the CPU, none fell back and
 every grid barrier is launched cooperatively, 1 otherwise.
@@ -35,19 +36,21 @@ from tvm_ext.errors import TvmExtError  # noqa: E402
 from tvm_ext.frontend import from_onnx  # noqa: E402
 from tvm_ext.models import VARIANTS  # noqa: E402
 from tvm_ext.models.skeleton import load_model, resolve_models  # noqa: E402
-from tvm_ext.testing.kernel_check import check_planned_kernels  # noqa: E402
+from tvm_ext.testing.kernel_check import check_planned_kernels, every_candidate  # noqa: E402
 from preset_numerics import report_row  # noqa: E402  (one JSON line per row, as preset_numerics writes)
 
 log = logging.getLogger("stitch_kernel_check")
 
 
 def check_model(name: str, model, target_name: str, cpu: bool = True, fp16: bool = False,
-                preset: str = "stitch") -> dict:
+                preset: str = "stitch", every: bool = False) -> dict:
     """Build ``model`` (imported in fp16 with ``fp16``) with ``preset`` for ``target_name`` and run
     the kernel check (:func:`tvm_ext.testing.kernel_check.check_planned_kernels`) on the kernels
-    that preset's own generator planned."""
+    that preset's own generator planned (with ``every``, every candidate it proposed:
+    :func:`~tvm_ext.testing.kernel_check.every_candidate`)."""
     target = tvm.target.Target(target_name)
-    result = check_planned_kernels(from_onnx(model, fp16=fp16), target, preset=preset, generator=preset, cpu=cpu)
+    result = check_planned_kernels(from_onnx(model, fp16=fp16), target, generator=preset, cpu=cpu,
+                                   preset=every_candidate(preset) if every else preset)
     return {"model": name, "preset": preset, "target": target_name, "fp16": fp16, **result.to_json()}
 
 
@@ -62,6 +65,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fp16", action="store_true", help="import the models in fp16")
     parser.add_argument("--preset", choices=["stitch", "subprogram"], default="stitch",
                         help="whose planned kernels to check (default: stitch)")
+    parser.add_argument("--every-candidate", action="store_true",
+                        help="build every candidate the preset's generator proposes, not only those the "
+                             "cost model selects (priority selection)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     files = [n for n in args.models if n not in VARIANTS]
@@ -78,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
             start = time.perf_counter()
             try:
                 row = check_model(name, build(), target_name, cpu=not args.no_cpu, fp16=args.fp16,
-                                  preset=args.preset)
+                                  preset=args.preset, every=args.every_candidate)
             except TvmExtError as err:
                 row = {"model": name, "target": target_name, "ok": False, "error": f"{type(err).__name__}: {err}"}
             row["seconds"] = round(time.perf_counter() - start, 1)

@@ -13,7 +13,7 @@ import tvm
 
 from tvm_ext.frontend import from_onnx
 from tvm_ext.models import VARIANTS
-from tvm_ext.testing.kernel_check import check_planned_kernels
+from tvm_ext.testing.kernel_check import check_planned_kernels, every_candidate
 from tvm_ext.toolchain import nvcc_available
 
 pytestmark = pytest.mark.skipif(not nvcc_available(), reason="nvcc / CUDA toolkit not found")
@@ -36,3 +36,14 @@ def test_pre_norm_narrow_mlp_runs_inside_its_gemm():
     assert result.ok and result.kernels == 3
     assert sorted(result.rules.values()) == ["stitched", "stitched+gemm_prologue", "stitched+gemm_prologue"]
     assert [n for n, r in result.rules.items() if r == "stitched"] == ["layer_norm"]
+
+
+@pytest.mark.parametrize("name", ["bert_head96_s96", "conv_block_odd"])
+def test_merged_subprogram_kernels_compile_and_match(name):
+    """Every merged kernel the subprogram generator proposes (taken whatever the cost model prefers)
+    is built from its plan, compiles with nvcc, marks its grid barriers for cooperative launch and,
+    thread-serialized stage by stage, computes what its unscheduled function computes."""
+    result = check_planned_kernels(from_onnx(VARIANTS[name]()), tvm.target.Target("tvm_ext/h100"),
+                                   preset=every_candidate("subprogram"), generator="subprogram")
+    assert result.kernels >= 1 and result.ok, result.to_json()
+    assert set(result.rules.values()) <= {"merged", "merged+grid_sync"}

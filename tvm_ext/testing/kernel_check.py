@@ -17,12 +17,14 @@ Example
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
 import tvm
 
 from ..driver import preset_passes
+from ..driver.presets import Preset, get_preset
 from ..select.attrs import planned_by
 from ..tir import COOPERATIVE_TAG, PIPELINE_NAME, has_grid_sync, launch_params
 from ..toolchain import compile_cuda_source
@@ -79,7 +81,14 @@ class KernelCheck:
                 "cpu_max_abs_err": self.cpu_max_abs_err, "uncooperative": self.uncooperative, "ok": self.ok}
 
 
-def check_planned_kernels(mod: tvm.IRModule, target: tvm.target.Target, *, preset: str = "stitch",
+def every_candidate(preset: str | Preset) -> Preset:
+    """``preset`` with priority selection and no whole-graph rewrites: candidates are taken in the
+    order its generators propose them wherever they do not overlap, so every candidate of its first
+    generator is built, whatever the cost model would prefer (for checking a schedule builder)."""
+    return dataclasses.replace(get_preset(preset), selector="priority", horizontal=False, fission=False)
+
+
+def check_planned_kernels(mod: tvm.IRModule, target: tvm.target.Target, *, preset: str | Preset = "stitch",
                           generator: str = "stitch", cpu: bool = True) -> KernelCheck:
     """Run the kernel check (see the module docstring) on ``mod`` for ``target``.
 
@@ -112,4 +121,4 @@ def check_planned_kernels(mod: tvm.IRModule, target: tvm.target.Target, *, prese
     return out
 
 
-__all__ = ["KernelCheck", "check_planned_kernels"]
+__all__ = ["KernelCheck", "check_planned_kernels", "every_candidate"]
