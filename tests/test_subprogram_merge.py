@@ -19,7 +19,7 @@ from tvm_ext.select.launch import launch_shape
 from tvm_ext.subprogram import (SubprogramGenerator, SubprogramPlan, ThreadShape, build, default_stages, design, pieces,
                                 schedule_to_shape, stage_function, thread_shape)
 from tvm_ext.subprogram.stages import StageError, StageSpec
-from tvm_ext.testing.thread_serial import compare_scheduled
+from tvm_ext.testing.thread_serial import compare_scheduled, compare_stages
 from tvm_ext.testing.device_kernels import device_kernels
 from tvm_ext.tir import COOPERATIVE_TAG, has_grid_sync, launch_params
 from tvm_ext.toolchain import compile_cuda_source, nvcc_available
@@ -209,8 +209,34 @@ def test_recurrent_steps_are_one_merged_kernel():
     func = _fused(_recurrent_cell(3, 128, 64))
     made = design(func, DEVICE, H100)
     assert made.plan.grid_syncs >= 3 and made.merged.grid_syncs == made.plan.grid_syncs
-    check = compare_scheduled(func, build(func, made.plan, H100).func)
+    merged = build(func, made.plan, H100).func
+    check = compare_scheduled(func, merged)
     assert check.ok, check
+    by_stage = compare_stages(func, merged, SubprogramGenerator().stage_functions(func, made.plan))
+    assert by_stage.ok and by_stage.outputs >= len(made.plan.stages), by_stage
+
+
+def test_stage_by_stage_check_finds_a_wrong_stage():
+    """Each stage recomputed from the merged kernel's own intermediates: a kernel whose first
+    computed (non-constant) store writes twice the value fails at that stage."""
+    import tvm_ffi
+    from tvm import tirx
+
+    func = _fused(ProjSoftmaxProj)
+    made = design(func, DEVICE, H100)
+    merged = build(func, made.plan, H100).func
+    stages = SubprogramGenerator().stage_functions(func, made.plan)
+    assert compare_stages(func, merged, stages).ok
+    done = []
+
+    def double_first(store):
+        if done or isinstance(store.value, tirx.FloatImm):
+            return store
+        done.append(store)
+        return tirx.BufferStore(store.buffer, store.value * tirx.const(2.0, store.value.ty.dtype), store.indices)
+
+    wrong = merged.with_body(tvm_ffi.structural_map(merged.body, (tirx.BufferStore, double_first)))
+    assert done and not compare_stages(func, wrong, stages).ok
 
 
 def test_cooperative_tag_on_device_kernel():

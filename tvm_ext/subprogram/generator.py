@@ -36,7 +36,7 @@ from ..select.generator import ScheduledKernel, ScheduleRefused, register_genera
 from .kernel import Design, build, design
 from .partition import Subprogram, dlight_schedules, dlight_shapes, partition
 from .plans import SubprogramPlan
-from .stages import StageError, is_gemm_like, statement_block, statements
+from .stages import StageError, is_gemm_like, stage_function, statement_block, statements
 from .te_graph import TEGraph
 from .uniform import ThreadShape, thread_shape
 
@@ -166,6 +166,12 @@ class SubprogramGenerator:
                             code_path=CodePath.MMA_SYNC if tensor else CodePath.SIMT,
                             provenance=f"subprogram: {len(stages)} stages merged, {plan.grid_syncs} grid barriers",
                             key=ctx.kernel_key(members, plan), stages=stages)
+
+    def stage_functions(self, func: tirx.PrimFunc, plan: SubprogramPlan) -> list[tirx.PrimFunc]:
+        """The unscheduled function of each stage of ``plan`` on ``func``, in order (the kernel check
+        recomputes each from the merged kernel's own intermediates:
+        :func:`tvm_ext.testing.thread_serial.compare_stages`)."""
+        return [stage_function(func, spec) for spec in plan.stages]
 
     def schedule(self, func: tirx.PrimFunc, plan: SubprogramPlan, device: DeviceSpec) -> ScheduledKernel:
         """Build ``plan`` on ``func`` (:func:`~tvm_ext.subprogram.kernel.build`)."""

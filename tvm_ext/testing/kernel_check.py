@@ -4,9 +4,12 @@ CPU they compute what their unscheduled functions compute (no GPU needed).
 For one module and target, the preset's graph and schedule stages run; every PrimFunc whose plan
 came from ``generator`` is code-generated (TIR pipeline ``"tvm_ext"``) and the CUDA compiled with
 nvcc for the target's arch; each is also run with its threads serialized against its unscheduled
-form (:mod:`tvm_ext.testing.thread_serial`). A planned kernel that fell back to dlight, or a
-device kernel with a grid barrier that is not marked for cooperative launch, is a failure of the
-check. ``scripts/stitch_kernel_check.py`` runs it over the seed suite and the
+form (:mod:`tvm_ext.testing.thread_serial`). A generator whose kernels have stages (merged
+subprogram kernels) names their functions with ``stage_functions(func, plan)``: each stage is
+then recomputed from the kernel's own intermediates
+(:func:`~tvm_ext.testing.thread_serial.compare_stages`). A planned kernel that fell back to
+dlight, or a device kernel with a grid barrier that is not marked for cooperative launch, is a
+failure of the check. ``scripts/stitch_kernel_check.py`` runs it over the seed suite and the
 shape variants (:data:`tvm_ext.models.VARIANTS`); a test runs it over the variants.
 
 Example
@@ -24,12 +27,15 @@ from typing import Any
 import tvm
 
 from ..driver import preset_passes
+from ..errors import TVM_ERRORS
+from ..select.generator import get_generator
+from ..select.plan import plan_of
 from ..driver.presets import Preset, get_preset
 from ..select.attrs import planned_by
 from ..tir import COOPERATIVE_TAG, PIPELINE_NAME, has_grid_sync, launch_params
 from ..toolchain import compile_cuda_source
 from .device_kernels import device_kernels
-from .thread_serial import call_inputs, compare_scheduled
+from .thread_serial import call_inputs, compare_scheduled, compare_stages
 
 
 @dataclass
@@ -53,6 +59,9 @@ class KernelCheck:
     uncooperative : list of str
         Device kernels with a grid barrier that the TIR pipeline did not mark for cooperative
         launch (launched normally, their barrier could deadlock).
+    cpu_unchecked : dict
+        Kernels TVM cannot build for the CPU (tensor-core stages), with the reason: compiled by
+        nvcc, numerics unverified here.
     """
 
     kernels: int = 0
@@ -63,6 +72,7 @@ class KernelCheck:
     cpu_mismatch: list[str] = field(default_factory=list)
     cpu_max_abs_err: float = 0.0
     uncooperative: list[str] = field(default_factory=list)
+    cpu_unchecked: dict[str, str] = field(default_factory=dict)
 
     @property
     def kinds(self) -> list[str]:
@@ -78,7 +88,7 @@ class KernelCheck:
         """JSON-serialisable form."""
         return {"kernels": self.kernels, "kinds": self.kinds, "rules": self.rules, "fallbacks": self.fallbacks, "arch": self.arch,
                 "nvcc_seconds": round(self.nvcc_seconds, 1), "cpu_mismatch": self.cpu_mismatch,
-                "cpu_max_abs_err": self.cpu_max_abs_err, "uncooperative": self.uncooperative, "ok": self.ok}
+                "cpu_max_abs_err": self.cpu_max_abs_err, "uncooperative": self.uncooperative, "cpu_unchecked": self.cpu_unchecked, "ok": self.ok}
 
 
 def every_candidate(preset: str | Preset) -> Preset:
@@ -114,8 +124,19 @@ def check_planned_kernels(mod: tvm.IRModule, target: tvm.target.Target, *, prese
         out.uncooperative = sorted(name for name, kernel in device_kernels(tvm.IRModule(built), target).items()
                                    if has_grid_sync(kernel) and COOPERATIVE_TAG not in launch_params(kernel))
     if cpu:
-        checks = {name: compare_scheduled(fused[name], scheduled[name], inputs=call_inputs(fused, name))
-                  for name in built}
+        checks = {}
+        stage_functions = getattr(get_generator(generator), "stage_functions", None)
+        for name in built:
+            try:
+                plan = plan_of(fused[name])
+                inputs = call_inputs(fused, name)
+                if stage_functions is not None and plan is not None:   # a multi-stage kernel: stage by stage
+                    parts = stage_functions(fused[name], plan)
+                    checks[name] = compare_stages(fused[name], scheduled[name], parts, inputs=inputs)
+                else:
+                    checks[name] = compare_scheduled(fused[name], scheduled[name], inputs=inputs)
+            except TVM_ERRORS as err:   # e.g. tensor-core (WMMA) stages, which the CPU cannot run
+                out.cpu_unchecked[name] = (str(err).strip().splitlines() or [""])[-1][:200]
         out.cpu_mismatch = sorted(name for name, c in checks.items() if not c.ok)
         out.cpu_max_abs_err = max((c.max_abs_err for c in checks.values()), default=0.0)
     return out

@@ -164,6 +164,25 @@ def call_inputs(mod: tvm.IRModule, name: str) -> int:
     return counts[0]
 
 
+def _setup(reference: tirx.PrimFunc, scheduled: tirx.PrimFunc, inputs: int | None, seed: int,
+           rtol: float | None, atol: float | None):
+    """Inputs, zeroed outputs and extra parameters, and the tolerance of one comparison."""
+    n_ref = len(reference.params)
+    n_in = n_ref - 1 if inputs is None else inputs
+    dtypes = [str(p.ty.dtype) for p in list(reference.params)[n_in:]]
+    compared = next((d for d in dtypes if d in ("float16", "bfloat16")), "float32")
+    default_rtol, default_atol = tolerance_for(compared)
+    rng = np.random.default_rng(seed)
+    args = _random_args(reference, n_in, rng)
+    outs = [_zeros(p) for p in list(reference.params)[n_in:]]
+    extra = [_zeros(p) for p in list(scheduled.params)[n_ref:]]
+    return n_in, args, outs, extra, (default_rtol if rtol is None else rtol), (default_atol if atol is None else atol)
+
+
+def _zeros(param) -> np.ndarray:
+    return np.zeros([int(d) for d in param.ty.shape], dtype=str(param.ty.dtype))
+
+
 def compare_scheduled(reference: tirx.PrimFunc, scheduled: tirx.PrimFunc, *, inputs: int | None = None,
                       seed: int = 0, rtol: float | None = None, atol: float | None = None) -> KernelCheck:
     """Run ``reference`` (the unscheduled function) and ``scheduled`` (threads serialized) on the
@@ -181,17 +200,8 @@ def compare_scheduled(reference: tirx.PrimFunc, scheduled: tirx.PrimFunc, *, inp
         Default: :func:`~tvm_ext.testing.tolerance.tolerance_for` of the outputs' dtype (the
         half-precision one when any output is float16 or bfloat16).
     """
+    n_in, args, outs, extra, rtol, atol = _setup(reference, scheduled, inputs, seed, rtol, atol)
     n_ref = len(reference.params)
-    n_in = n_ref - 1 if inputs is None else inputs
-    dtypes = [str(p.ty.dtype) for p in list(reference.params)[n_in:]]
-    compared = next((d for d in dtypes if d in ("float16", "bfloat16")), "float32")
-    default_rtol, default_atol = tolerance_for(compared)
-    rtol = default_rtol if rtol is None else rtol
-    atol = default_atol if atol is None else atol
-    rng = np.random.default_rng(seed)
-    args = _random_args(reference, n_in, rng)
-    outs = [np.zeros([int(d) for d in p.ty.shape], dtype=str(p.ty.dtype)) for p in list(reference.params)[n_in:]]
-    extra = [np.zeros([int(d) for d in p.ty.shape], dtype=str(p.ty.dtype)) for p in list(scheduled.params)[n_ref:]]
     expected = _run(reference, args + [o.copy() for o in outs])[n_in:]
     got = _run(serialize_threads(scheduled), args + [o.copy() for o in outs] + extra)[n_in:n_ref]
     errors = compare_outputs(list(got), list(expected), rtol=rtol, atol=atol)   # the one policy, per-output scale
@@ -199,4 +209,40 @@ def compare_scheduled(reference: tirx.PrimFunc, scheduled: tirx.PrimFunc, *, inp
     return KernelCheck(all(e.ok for e in errors), worst, len(expected))
 
 
-__all__ = ["KernelCheck", "call_inputs", "compare_scheduled", "serialize_threads"]
+def _written(func: tirx.PrimFunc) -> set:
+    found: set = set()
+    tvm_ffi.structural_walk(func.body, (tirx.BufferStore, lambda st: found.add(st.buffer)))
+    return found
+
+
+def compare_stages(reference: tirx.PrimFunc, scheduled: tirx.PrimFunc, stages: list[tirx.PrimFunc], *,
+                   inputs: int | None = None, seed: int = 0, rtol: float | None = None,
+                   atol: float | None = None) -> KernelCheck:
+    """Check a multi-stage kernel stage by stage with its own intermediate values.
+
+    ``scheduled`` runs once (threads serialized); then each unscheduled stage function of
+    ``stages`` (whose parameters are ``reference``'s parameters and the intermediates that
+    ``scheduled`` keeps in its trailing workspace parameters, the same buffers) is recomputed from
+    the kernel's values of what it reads, and what it writes is compared with the kernel's values.
+    A wrong stage, index map or virtual-block mapping shows at the stage that computes it, while
+    rounding differences do not compound along the stages (a 32-step recurrence with N(0, 1)
+    weights amplifies fp32 rounding beyond any tolerance, in the reference as much as in the kernel).
+    ``outputs`` of the result counts the values compared.
+    """
+    n_in, args, outs, extra, rtol, atol = _setup(reference, scheduled, inputs, seed, rtol, atol)
+    values = _run(serialize_threads(scheduled), args + [o.copy() for o in outs] + extra)
+    value_of = dict(zip(scheduled.params, values))
+    got_all, expected_all = [], []
+    for stage in stages:
+        written = _written(stage)
+        if any(p not in value_of for p in stage.params):
+            raise TvmExtError("a stage reads a buffer the kernel does not keep as a parameter")
+        run = [np.zeros_like(value_of[p]) if p in written else value_of[p].copy() for p in stage.params]
+        results = _run(stage, run)
+        for p, result in zip(stage.params, results):
+            if p in written:
+                got_all.append(value_of[p])
+                expected_all.append(result)
+    errors = compare_outputs(got_all, expected_all, rtol=rtol, atol=atol)
+    worst = max((e.max_abs_err for e in errors if e.size), default=0.0)
+    return KernelCheck(all(e.ok for e in errors), worst, len(expected_all))
