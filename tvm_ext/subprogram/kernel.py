@@ -4,7 +4,8 @@
 schedules every compute stage with dlight's rules (a GEMM whose epilogue dlight cannot take in
 one kernel is split from it), takes the thread shape of the compute stages doing the most work
 (a GEMV-like compute stage dlight schedules with other threads runs as a memory stage at that
-shape, :func:`_common_shape`), schedules the memory stages to it (:mod:`tvm_ext.subprogram.uniform`), and sizes the launch: the largest
+shape, :func:`_common_shape`), schedules the memory stages to it
+(:mod:`tvm_ext.subprogram.uniform`), and sizes the launch: the largest
 stage grid, capped at the blocks resident at once (occupancy calculator, with the stages'
 largest shared memory and :data:`~tvm_ext.select.analytic.ASSUMED_REGISTERS` registers per
 thread, which the launch bound then enforces), and checks that TVM lowers the merged kernel.
@@ -117,6 +118,16 @@ def _launch(device: DeviceSpec, shape: ThreadShape, stages: list[ScheduledStage]
     return min(max(s.grid for s in stages), blocks_per_sm * device.sm_count), blocks_per_sm
 
 
+def _at_shape(func: tirx.PrimFunc, part: StageSpec | ScheduledStage, shape: ThreadShape) -> ScheduledStage:
+    """A stage at ``shape`` threads: a compute stage dlight scheduled so as it is, any other part
+    scheduled to ``shape`` as a memory stage."""
+    if isinstance(part, ScheduledStage):
+        if thread_shape(part.scheduled) == shape:
+            return part
+        part = StageSpec(part.spec.statements, "memory")
+    return _memory(func, part, shape)
+
+
 def _common_shape(compute: list[ScheduledStage]) -> ThreadShape:
     """The thread shape every stage will run with: that of the compute stages doing the most work.
 
@@ -151,9 +162,7 @@ def design(func: tirx.PrimFunc, device: DeviceSpec, target: tvm.target.Target) -
         if not compute:
             raise StageError("no compute stage: nothing to merge around")
         shape = _common_shape(compute)
-        stages = [_memory(func, StageSpec(p.spec.statements, "memory"), shape)
-                  if isinstance(p, ScheduledStage) and thread_shape(p.scheduled) != shape
-                  else p if isinstance(p, ScheduledStage) else _memory(func, p, shape) for p in parts]
+        stages = [_at_shape(func, p, shape) for p in parts]
         compute = [s for s in stages if s.spec.kind == "compute"]
     grid, blocks_per_sm = _launch(device, shape, stages)
     merged = merge_stages(func, [(s.scheduled, s.func) for s in stages], grid, blocks_per_sm)
