@@ -21,7 +21,7 @@ import tvm
 
 from tvm_ext.driver import preset_passes
 from tvm_ext.frontend import from_onnx
-from tvm_ext.graph import DEFAULT_INTENSITY_THRESHOLD, OpGraph, func_flops, has_contraction
+from tvm_ext.graph import DEFAULT_INTENSITY_THRESHOLD, OpGraph, components, func_flops, has_contraction
 from tvm_ext.inspect import group_instances, primfunc_calls
 from tvm_ext.models.skeleton import SKELETON_DIR, load_model
 from tvm_ext.select import GENERATOR_ATTR, PLAN_ATTR, compute_groups, launch_regions
@@ -73,19 +73,7 @@ def _memory_clusters(graph: OpGraph) -> int:
     kept = {n for group in compute_groups(graph) for n in group}
     free = {n.index for n in graph.nodes if n.index not in kept and n.func is not None
             and not is_compute_intensive(graph, n.index) and is_stitchable(graph, n.index)}
-    parent = {n: n for n in free}
-
-    def find(x: int) -> int:
-        while parent[x] != x:
-            parent[x] = parent[parent[x]]
-            x = parent[x]
-        return x
-
-    for n in free:
-        for c in graph.consumers(n):
-            if c in free:
-                parent[find(c)] = find(n)
-    return len({find(n) for n in free})
+    return len(components(sorted(free), [(n, c) for n in free for c in graph.consumers(n) if c in free]))
 
 
 @pytest.fixture(scope="module", params=sorted(MODELS))
