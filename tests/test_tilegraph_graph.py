@@ -173,3 +173,23 @@ def test_rstep_shrinks_footprint_not_traffic(welder):
     regions = propagate(welder, [0, 1], (32, 128), interior=True)
     assert rstep_regions(welder, [0, 1], regions, None) == regions
     assert rstep_regions(welder, [0, 1], regions, 1000)["B"].extents == (64, 128)    # capped at K
+
+
+def test_tile_graph_views(welder):
+    """The notebook view: kernels as clusters, edges with their connect level, tiles, footprint."""
+    from tvm_ext.inspect.tile_graph_view import tile_graph_dot, tile_graph_html
+
+    tg = TileGraph(welder, [0, 1])
+    assert "propagate(output_tile)" in tile_graph_html(tg, use_graphviz=False)   # no config yet
+    tg.set_connect("C", "shared")
+    tg.propagate((16, 128))
+    dot = tile_graph_dot(tg)
+    assert dot.count("subgraph cluster_") == 1                    # one kernel: C connected in shared memory
+    assert "tile 16x128" in dot and "style=dashed" in dot and "C\\nshared" in dot
+    page = tile_graph_html(tg, use_graphviz=False)
+    assert f"global traffic {264 * MiB:,} B" in page                  # Welder §2's 16x128 tile
+    assert "footprint per level: global 0 B" in page                  # C is not materialized
+    assert "<td>6,144</td>" in page and tg._repr_html_().startswith("<div><b>tile graph</b>")
+    tg.set_connect("C", "global")
+    dot = tile_graph_dot(tg)
+    assert dot.count("subgraph cluster_") == 2 and "style=solid" in dot and "C\\nglobal" in dot

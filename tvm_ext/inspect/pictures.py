@@ -180,13 +180,19 @@ def graph_svg(report: "Report", use_graphviz: bool | None = None) -> str:
     ``use_graphviz``: None uses ``dot`` when it is on PATH; False forces the built-in layout.
     """
     graph, owner = _kernel_of_nodes(report)
-    dot = shutil.which("dot") if use_graphviz is not False else None
-    if dot is not None:
-        done = subprocess.run([dot, "-Tsvg"], input=_dot_source(graph, owner), capture_output=True, text=True,
-                              check=False)
-        if done.returncode == 0 and "<svg" in done.stdout:
-            return done.stdout[done.stdout.index("<svg"):]
-    return _builtin_svg(graph, owner)
+    svg = dot_svg(_dot_source(graph, owner)) if use_graphviz is not False else None
+    return svg if svg is not None else _builtin_svg(graph, owner)
 
 
-__all__ = ["COLOURS", "colour", "graph_svg", "kernel_chart_svg"]
+def dot_svg(source: str) -> str | None:
+    """``source`` (DOT) laid out by Graphviz as SVG; None when ``dot`` is not on PATH or fails."""
+    dot = shutil.which("dot")
+    if dot is None:
+        return None
+    done = subprocess.run([dot, "-Tsvg"], input=source, capture_output=True, text=True, check=False)
+    if done.returncode != 0 or "<svg" not in done.stdout:
+        return None
+    return done.stdout[done.stdout.index("<svg"):]
+
+
+__all__ = ["COLOURS", "colour", "dot_svg", "graph_svg", "kernel_chart_svg"]

@@ -351,6 +351,12 @@ class TileGraph:
                 "shared": max(k.shared.peak_bytes for k in kernels),
                 "register": max(k.register_bytes for k in kernels)}
 
+    def _repr_html_(self) -> str:
+        """The notebook view (:func:`tvm_ext.inspect.tile_graph_view.tile_graph_html`)."""
+        from ..inspect.tile_graph_view import tile_graph_html
+
+        return tile_graph_html(self)
+
     def __repr__(self) -> str:
         edges = ", ".join(f"{e.tensor}:{e.producer}->{e.consumer}@{self._levels[e].label}" for e in self.edges)
         return f"TileGraph(members={list(self.members)}, edges=[{edges}])"
