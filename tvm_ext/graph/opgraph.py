@@ -172,7 +172,8 @@ class _Builder:
                                inputs=args, outputs=outs, pattern=pattern, op_class=op_class,
                                flops=flops, bytes_read=read, bytes_written=written,
                                memory_intensive=op_class != OpClass.OPAQUE and intensity < self.threshold,
-                               group=group, gathered=tuple(gathered.items()), origin=self.origins.get(var) if group is None else None))
+                               group=group, gathered=tuple(gathered.items()),
+                               origin=self.origins.get(var) if group is None else None))
         for t in dict.fromkeys(args):
             self.tensors[t]["consumers"].append(index)
 

@@ -246,3 +246,6 @@ def compare_stages(reference: tirx.PrimFunc, scheduled: tirx.PrimFunc, stages: l
     errors = compare_outputs(got_all, expected_all, rtol=rtol, atol=atol)
     worst = max((e.max_abs_err for e in errors if e.size), default=0.0)
     return KernelCheck(all(e.ok for e in errors), worst, len(expected_all))
+
+
+__all__ = ["KernelCheck", "call_inputs", "compare_scheduled", "compare_stages", "serialize_threads"]
