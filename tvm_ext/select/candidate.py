@@ -66,6 +66,11 @@ class LaunchShape:
         return {"grid": self.grid, "threads": self.threads, "shared_bytes": self.shared_bytes,
                 "registers": self.registers, "kernels": self.kernels, "grid_syncs": self.grid_syncs}
 
+    @classmethod
+    def from_json(cls, data: dict) -> "LaunchShape":
+        """Inverse of :meth:`to_json`."""
+        return cls(**{k: (None if v is None else int(v)) for k, v in dict(data).items()})
+
 
 @dataclass(frozen=True)
 class StageWork:
@@ -95,8 +100,8 @@ class StageWork:
     @classmethod
     def from_json(cls, data: dict) -> "StageWork":
         """Inverse of :meth:`to_json`."""
-        launch = LaunchShape(**{k: (None if v is None else int(v)) for k, v in dict(data["launch"]).items()})
-        return cls(int(data["flops"]), int(data["global_bytes"]), launch, CodePath(str(data["code_path"])),
+        return cls(int(data["flops"]), int(data["global_bytes"]), LaunchShape.from_json(data["launch"]),
+                   CodePath(str(data["code_path"])),
                    str(data["dtype"]), int(data.get("unique_bytes", 0)), int(data.get("dram_bytes", 0)))
 
 

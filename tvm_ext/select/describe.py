@@ -119,7 +119,7 @@ def describe_library(record: Mapping[str, Any]) -> KernelDescription | None:
 
 def description_from_json(data: Mapping[str, Any]) -> KernelDescription:
     """The kernel a :func:`~tvm_ext.select.measured.kernel_description` JSON describes."""
-    launch = LaunchShape(**{k: (None if v is None else int(v)) for k, v in dict(data["launch"]).items()})
+    launch = LaunchShape.from_json(data["launch"])
     return KernelDescription(int(data["flops"]), int(data["global_bytes"]),
                              int(data.get("unique_bytes", data["global_bytes"])), launch,
                              CodePath(str(data["code_path"])), str(data["dtype"]),
