@@ -90,6 +90,10 @@ def _export_gpu(stages, prepared: PreparedModel, entry: BuildEntry, path: Path) 
     entry.modelled_traffic_bytes = int(report.traffic_bytes)
     entry.modelled_time_s = float(report.modelled_time_s)
     entry.stage_s = {k: round(float(v), 3) for k, v in report.stage_seconds.items()}
+    entry.kernel_list = [{"func": k.func, "kernel_names": list(k.kernel_names), "calls": k.calls,
+                          "generator": k.generator, "rule": k.rule, "modelled_s": k.modelled_s,
+                          "cost_source": k.cost_source, "measurement": k.measurement}
+                         for k in report.launches if k.launches]
     if exported.nvcc_seconds:
         entry.stage_s["nvcc"] = round(exported.nvcc_seconds, 3)
     return ModelCost(int(report.flops), int(report.min_traffic_bytes), str(report.dtype))

@@ -68,6 +68,10 @@ class BuildEntry:
     modelled_time_s: float | None = None
     compile_s: float = 0.0
     stage_s: dict[str, float] = field(default_factory=dict)
+    #: One entry per kernel-launching function of a GPU build: ``func``, ``kernel_names``, ``calls``,
+    #: ``generator``, ``rule``, ``modelled_s``, ``cost_source`` and ``measurement`` (the fields of its
+    #: database record). ``tvm_ext.bench.kernel_report`` joins per-kernel measurements with them.
+    kernel_list: list[dict] = field(default_factory=list)
 
     def to_json(self) -> dict:
         """JSON form."""

@@ -115,6 +115,14 @@ class CudaRuntime:
         """Raise if a kernel launch left an error."""
         self.check(self.lib.cudaGetLastError(), "kernel launch (cudaGetLastError)")
 
+    def profiler_start(self) -> None:
+        """Start collecting for an attached profiler (``ncu --profile-from-start off``)."""
+        self.check(self.lib.cudaProfilerStart(), "cudaProfilerStart")
+
+    def profiler_stop(self) -> None:
+        """Stop collecting for an attached profiler."""
+        self.check(self.lib.cudaProfilerStop(), "cudaProfilerStop")
+
     def driver_version(self) -> str:
         """The CUDA version the driver supports, e.g. ``"13.0"``."""
         value = ctypes.c_int()

@@ -59,6 +59,10 @@ class KernelLaunches:
         Modelled time of one call (the cost model's, see ``cost_source``), None before pricing.
     cost_source : str
         ``"analytic"``, ``"learned"`` or ``"measured"``.
+    measurement : dict or None
+        What a measurement of one call needs to become a database record (key, dtype, generator,
+        config with the kernel description; :func:`~tvm_ext.select.measured.record_fields`),
+        None before pricing or for a kernel the cost model cannot describe.
     """
 
     func: str
@@ -70,6 +74,7 @@ class KernelLaunches:
     plan: str = ""
     modelled_s: float | None = None
     cost_source: str = ""
+    measurement: dict | None = None
 
     @property
     def launches(self) -> int:

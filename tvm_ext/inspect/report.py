@@ -50,6 +50,7 @@ from ..hardware import DEFAULT_TARGET, DeviceSpec, device_from_target, is_gpu_ta
 from ..select.attrs import SELECTION_ATTR
 from ..select.candidate import dominant_dtype
 from ..select.describe import describe_library, describe_scheduled
+from ..select.measured import record_fields
 from .fallback import FallbackOp, find_fallbacks
 from .kernels import KernelLaunches, cuda_source, global_kernel_names, kernel_launches, library_kernels
 from .render import report_html, report_table
@@ -279,7 +280,8 @@ def price_launches(launches: list[KernelLaunches], stages: StagedBuild, library:
             priced.append(k)
             continue
         est = model.cost(kernel, device)
-        priced.append(dataclasses.replace(k, modelled_s=est.seconds, cost_source=est.source))
+        priced.append(dataclasses.replace(k, modelled_s=est.seconds, cost_source=est.source,
+                                          measurement=record_fields(kernel)))
     return priced
 
 

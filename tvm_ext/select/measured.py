@@ -131,12 +131,31 @@ class MeasuredCostModel:
         return CostEstimate(base.seconds * math.exp(correction), "learned", {**base.parts, "log_correction": correction})
 
 
+def record_fields(kernel) -> dict[str, Any]:
+    """Everything of a :class:`Record` of ``kernel`` but the device, latency and source, as JSON.
+
+    A kernel without a plan (a dlight kernel) has no key: its measurements only train the
+    learned correction, they are never looked up.
+    """
+    plan = getattr(kernel, "plan", None)
+    config: dict[str, Any] = {"kernel": kernel_description(kernel)}
+    if plan is not None:
+        config["measured"] = dict(measured_config(plan))
+    return {"key": getattr(kernel, "key", ""), "dtype": kernel.database_dtype, "generator": kernel.generator,
+            "config": config}
+
+
 def measurement_record(kernel, device: str, latency_s: float, source: str) -> Record:
     """The :class:`Record` of one measured kernel (a candidate with a ``key`` and a plan)."""
-    config = {"measured": dict(measured_config(kernel.plan)), "kernel": kernel_description(kernel)}
-    return Record(key=kernel.key, device=device, dtype=kernel.database_dtype, generator=kernel.generator,
-                  latency_s=latency_s, config=config, source=source)
+    return record_from_fields(record_fields(kernel), device, latency_s, source)
+
+
+def record_from_fields(fields: Mapping[str, Any], device: str, latency_s: float, source: str) -> Record:
+    """The :class:`Record` of a kernel measured on ``device``, from its :func:`record_fields`."""
+    return Record(key=str(fields["key"]), device=device, dtype=str(fields["dtype"]),
+                  generator=str(fields["generator"]) or "dlight", latency_s=latency_s,
+                  config=dict(fields["config"]), source=source)
 
 
 __all__ = ["MIN_RECORDS", "MeasuredCostModel", "features", "kernel_description", "measured_config",
-           "measurement_record"]
+           "measurement_record", "record_fields", "record_from_fields"]
