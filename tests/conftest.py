@@ -28,3 +28,14 @@ def llvm_target():
     import tvm
 
     return tvm.target.Target({"kind": "llvm"})
+
+
+@pytest.fixture
+def planned_preset():
+    """The name of a registered preset that is announced but not implemented (removed afterwards)."""
+    from tvm_ext.driver.presets import Preset, register_preset, unregister_preset
+
+    register_preset(Preset("planned_example", "a preset announced for a test", techniques=("none",),
+                           implemented=False))
+    yield "planned_example"
+    unregister_preset("planned_example")

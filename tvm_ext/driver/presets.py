@@ -10,7 +10,7 @@ Example
 >>> get_preset("stitch").generators
 ('stitch', 'dlight')
 >>> [p.name for p in list_presets() if p.implemented]
-['baseline', 'stitch', 'cutlass', 'full', 'orchestrate']
+['baseline', 'stitch', 'cutlass', 'full', 'orchestrate', 'subprogram', 'tilegraph']
 """
 from __future__ import annotations
 
@@ -111,6 +111,12 @@ def register_preset(preset: Preset, override: bool = False) -> Preset:
     return preset
 
 
+def unregister_preset(name: str) -> None:
+    """Remove a preset (tests register temporary ones); its ``tvm_ext.<name>`` pipeline stays
+    registered and fails with the unknown-preset error."""
+    _PRESETS.pop(name, None)
+
+
 def list_presets() -> list[Preset]:
     """All registered presets, implemented or not."""
     return list(_PRESETS.values())
@@ -171,9 +177,11 @@ def register_builtin_presets() -> None:
                                          "multi-stage kernels, chosen against TVM's fusion by the cost model",
                            generators=("subprogram", "dlight", "fuseops"), selector="blp", tir_pipeline="tvm_ext",
                            techniques=("subprogram",), horizontal=True))
-    register_preset(Preset("tilegraph", "Welder: tile-graph fusion across memory levels", techniques=("tilegraph",),
-                           implemented=False))
+    register_preset(Preset("tilegraph", "Welder: operators connected through registers and shared memory by "
+                                        "tile graphs, chosen against TVM's kernels by the cost model",
+                           generators=("tilegraph", "dlight", "fuseops"), selector="blp", tir_pipeline="tvm_ext",
+                           techniques=("tilegraph",)))
 
 
 __all__ = ["DEFAULT_PRESET", "Preset", "REST_POLICIES", "SELECTORS", "active_preset", "get_preset", "list_presets",
-           "register_builtin_presets", "register_preset", "use_preset"]
+           "register_builtin_presets", "register_preset", "unregister_preset", "use_preset"]

@@ -94,6 +94,9 @@ def describe_scheduled(graph_func: tirx.PrimFunc, scheduled: tirx.PrimFunc,
     except PlanError:
         plan = None
     key = kernel_key(graph_func, plan) if plan is not None else ""
+    # a plan that modelled its own traffic (a tile kernel re-reads operand tiles per block) is
+    # priced with it, as the selection priced it
+    moved = max(int(getattr(plan, "traffic_bytes", 0) or 0), moved) if plan is not None else moved
     return KernelDescription(int(func_flops(graph_func)), int(moved), int(unique), launch_shape(scheduled), path,
                              dtype, key=key, plan=plan, stages=tuple(getattr(plan, "work", ())))
 

@@ -156,7 +156,7 @@ def list_generators() -> list[str]:
 
 def _load_builtin() -> None:
     """Import the built-in technique packages, whose modules register their generators."""
-    from .. import cutlass, dlight, orchestrate, stitch, subprogram  # noqa: F401 - imported for registration
+    from .. import cutlass, dlight, orchestrate, stitch, subprogram, tilegraph  # noqa: F401 - imported for registration
 
 
 __all__ = ["Generator", "GeneratorError", "LibraryGenerator", "ScheduleRefused", "ScheduledKernel",

@@ -14,6 +14,10 @@ from .enumerate import (ASSUMED_REGISTERS_PER_THREAD, ASSUMED_THREADS_PER_BLOCK,
                         DEFAULT_TOP_K, MMA_FRAGMENT, TileCandidate, coalesced_run, enumerate_tiles,
                         uncoalesced_extra)
 from .reduction import TENSOR_CORE_DTYPES, MatmulLike, matmul_like, matmul_nodes, rstep_regions
+from .plans import TilePlan
+from .schedule import TileScheduleError, build_tile_schedule, gcd_threads, tile_work
+from .connect import ConnectedGroup, connect_graph, plan_group, tile_candidate
+from .generator import TileGraphGenerator
 from .tile_graph import (TENSOR_CORE_ALIGNMENT_BYTES, ConnectLevel, Edge, KernelTile, NonConvexError, TileConfig,
                          TileGraph, TileGraphError, UnknownEdgeError)
 
@@ -22,5 +26,7 @@ __all__ = [
     "DEFAULT_TOP_K", "MMA_FRAGMENT", "TileCandidate", "coalesced_run", "enumerate_tiles", "uncoalesced_extra",
     "TENSOR_CORE_DTYPES", "MatmulLike", "matmul_like", "matmul_nodes", "rstep_regions",
     "TENSOR_CORE_ALIGNMENT_BYTES", "ConnectLevel", "Edge", "KernelTile", "NonConvexError", "TileConfig",
-    "TileGraph", "TileGraphError", "UnknownEdgeError",
+    "TileGraph", "TileGraphError", "UnknownEdgeError", "TilePlan", "TileScheduleError", "build_tile_schedule",
+    "gcd_threads", "tile_work", "ConnectedGroup", "connect_graph", "plan_group", "tile_candidate",
+    "TileGraphGenerator",
 ]

@@ -1,0 +1,248 @@
+"""Tile-graph kernels (Welder): the schedule builder, graph connecting, the generator and preset.
+
+The builder is pinned on a small Welder §2 graph (Before/Expected TVMScript); every kernel it makes
+is checked thread-serialized on the CPU against its unscheduled function, and compiled by nvcc for
+sm_80 and sm_90 through the ``tilegraph`` preset.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tvm
+from tvm import relax
+from tvm.script import relax as R
+from tvm.script import tirx as T
+
+import tvm_ext.tir as ttir
+from tvm_ext.driver import get_preset, preset_passes, preset_pipeline
+from tvm_ext.graph import OpGraph
+from tvm_ext.hardware import load_device
+from tvm_ext.inspect import inspect
+from tvm_ext.select import SelectionContext
+from tvm_ext.select.analytic import AnalyticCostModel
+from tvm_ext.select.context import fuse_nodes
+from tvm_ext.select.plan import plan_of
+from tvm_ext.testing.oracle import run_cpu
+from tvm_ext.testing.thread_serial import compare_scheduled
+from tvm_ext.tilegraph import (TileGraphGenerator, TilePlan, TileScheduleError, build_tile_schedule, connect_graph,
+                               gcd_threads, plan_group, tile_work)
+from tvm_ext.toolchain import compile_cuda_source, nvcc_available
+
+TARGETS = ["tvm_ext/a100", "tvm_ext/h100"]
+
+
+@tvm.script.ir_module
+class WelderSmall:
+    """Welder §2's Matmul + Softmax at a small size."""
+
+    @R.function
+    def main(A: R.Tensor((64, 32), "float32"), B: R.Tensor((32, 64), "float32")) -> R.Tensor((64, 64), "float32"):
+        with R.dataflow():
+            C = R.matmul(A, B)
+            D = R.nn.softmax(C, axis=-1)
+            R.output(D)
+        return D
+
+
+@T.prim_func(private=True, s_tir=True)
+def welder_small_scheduled(A: T.Buffer((T.int64(64), T.int64(32)), "float32"),
+                           B: T.Buffer((T.int64(32), T.int64(64)), "float32"),
+                           T_softmax_norm_intermediate: T.Buffer((T.int64(64), T.int64(64)), "float32")):
+    T.func_attr({"tirx.is_scheduled": True, "tirx.noalias": True})
+    matmul_intermediate_shared = T.sblock_alloc_buffer((T.int64(64), T.int64(64)), scope="shared")
+    T_softmax_maxelem_shared = T.sblock_alloc_buffer((T.int64(64),), scope="shared")
+    T_softmax_expsum_shared = T.sblock_alloc_buffer((T.int64(64),), scope="shared")
+    matmul_intermediate_shared_local = T.sblock_alloc_buffer((T.int64(64), T.int64(64)), scope="local")
+    for i0_0_i1_0_fused in T.thread_binding(T.int64(8), thread="blockIdx.x"):
+        for ax0_ax1_fused_0 in range(T.int64(2)):
+            for ax0_ax1_fused_1 in T.thread_binding(T.int64(8), thread="threadIdx.y"):
+                for ax0_ax1_fused_2 in T.thread_binding(T.int64(32), thread="threadIdx.x"):
+                    for ax2 in range(T.int64(32)):
+                        with T.sblock("matmul"):
+                            v_i0 = T.axis.spatial(T.int64(64), i0_0_i1_0_fused * T.int64(8) + (ax0_ax1_fused_0 * T.int64(256) + ax0_ax1_fused_1 * T.int64(32) + ax0_ax1_fused_2) // T.int64(64))
+                            v_i1 = T.axis.spatial(T.int64(64), (ax0_ax1_fused_0 * T.int64(256) + ax0_ax1_fused_1 * T.int64(32) + ax0_ax1_fused_2) % T.int64(64))
+                            v_k = T.axis.reduce(T.int64(32), ax2)
+                            T.reads(A[v_i0, v_k], B[v_k, v_i1])
+                            T.writes(matmul_intermediate_shared_local[v_i0, v_i1])
+                            with T.init():
+                                matmul_intermediate_shared_local[v_i0, v_i1] = T.float32(0.0)
+                            matmul_intermediate_shared_local[v_i0, v_i1] = matmul_intermediate_shared_local[v_i0, v_i1] + A[v_i0, v_k] * B[v_k, v_i1]
+                    with T.sblock("matmul_intermediate_shared_local"):
+                        v0 = T.axis.spatial(T.int64(64), i0_0_i1_0_fused * T.int64(8) + ax0_ax1_fused_0 * T.int64(4) + ax0_ax1_fused_1 // T.int64(2))
+                        v1 = T.axis.spatial(T.int64(64), ax0_ax1_fused_1 % T.int64(2) * T.int64(32) + ax0_ax1_fused_2)
+                        T.reads(matmul_intermediate_shared_local[v0, v1])
+                        T.writes(matmul_intermediate_shared[v0, v1])
+                        matmul_intermediate_shared[v0, v1] = matmul_intermediate_shared_local[v0, v1]
+        for ax0_0 in range(T.int64(1)):
+            for ax0_1 in T.thread_binding(T.int64(8), thread="threadIdx.y"):
+                for ax1_0 in range(T.int64(2)):
+                    for ax1_1 in T.thread_binding(T.int64(32), thread="threadIdx.x"):
+                        with T.sblock("T_softmax_maxelem"):
+                            v_i0 = T.axis.spatial(T.int64(64), i0_0_i1_0_fused * T.int64(8) + ax0_0 * T.int64(8) + ax0_1)
+                            v_k = T.axis.reduce(T.int64(64), ax1_0 * T.int64(32) + ax1_1)
+                            T.reads(matmul_intermediate_shared[v_i0, v_k])
+                            T.writes(T_softmax_maxelem_shared[v_i0])
+                            with T.init():
+                                T_softmax_maxelem_shared[v_i0] = T.float32(-340282346638528859811704183484516925440.0)
+                            T_softmax_maxelem_shared[v_i0] = T.max(T_softmax_maxelem_shared[v_i0], matmul_intermediate_shared[v_i0, v_k])
+        for ax0_0 in range(T.int64(1)):
+            for ax0_1 in T.thread_binding(T.int64(8), thread="threadIdx.y"):
+                for ax1_0 in range(T.int64(2)):
+                    for ax1_1 in T.thread_binding(T.int64(32), thread="threadIdx.x"):
+                        with T.sblock("T_softmax_expsum"):
+                            v_i0 = T.axis.spatial(T.int64(64), i0_0_i1_0_fused * T.int64(8) + ax0_0 * T.int64(8) + ax0_1)
+                            v_k = T.axis.reduce(T.int64(64), ax1_0 * T.int64(32) + ax1_1)
+                            T.reads(matmul_intermediate_shared[v_i0, v_k], T_softmax_maxelem_shared[v_i0])
+                            T.writes(T_softmax_expsum_shared[v_i0])
+                            with T.init():
+                                T_softmax_expsum_shared[v_i0] = T.float32(0.0)
+                            T_softmax_expsum_shared[v_i0] = T_softmax_expsum_shared[v_i0] + T.exp(matmul_intermediate_shared[v_i0, v_k] - T_softmax_maxelem_shared[v_i0])
+        for i0_1_i1_1_fused_0 in range(T.int64(2)):
+            for i0_1_i1_1_fused_1 in T.thread_binding(T.int64(8), thread="threadIdx.y"):
+                for i0_1_i1_1_fused_2 in T.thread_binding(T.int64(32), thread="threadIdx.x"):
+                    with T.sblock("T_softmax_norm"):
+                        v_i0 = T.axis.spatial(T.int64(64), i0_0_i1_0_fused * T.int64(8) + (i0_1_i1_1_fused_0 * T.int64(256) + i0_1_i1_1_fused_1 * T.int64(32) + i0_1_i1_1_fused_2) // T.int64(64))
+                        v_i1 = T.axis.spatial(T.int64(64), (i0_1_i1_1_fused_0 * T.int64(256) + i0_1_i1_1_fused_1 * T.int64(32) + i0_1_i1_1_fused_2) % T.int64(64))
+                        T.reads(matmul_intermediate_shared[v_i0, v_i1], T_softmax_maxelem_shared[v_i0], T_softmax_expsum_shared[v_i0])
+                        T.writes(T_softmax_norm_intermediate[v_i0, v_i1])
+                        T.sblock_attr({"axis": 1})
+                        T_softmax_norm_intermediate[v_i0, v_i1] = T.exp(matmul_intermediate_shared[v_i0, v_i1] - T_softmax_maxelem_shared[v_i0]) / T_softmax_expsum_shared[v_i0]
+
+
+def attention(heads: int = 4, seq: int = 64, dim: int = 32, dtype: str = "float32") -> tvm.IRModule:
+    """BERT's attention core: QKᵀ, scale, mask, softmax, PV."""
+    bb = relax.BlockBuilder()
+    t = relax.TensorType
+    q, k, v = (relax.Var(n, t((1, heads, seq, dim), dtype)) for n in "qkv")
+    mask = relax.Var("mask", t((1, 1, 1, seq), dtype))
+    with bb.function("main", [q, k, v, mask]):
+        with bb.dataflow():
+            s = bb.emit(relax.op.matmul(q, relax.op.permute_dims(k, [0, 1, 3, 2])))
+            s = bb.emit(relax.op.add(relax.op.multiply(s, relax.const(0.125, dtype)), mask))
+            p = bb.emit(relax.op.nn.softmax(s, axis=-1))
+            out = bb.emit_output(relax.op.matmul(p, v))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+def mlp(rows: int = 64, width: int = 64) -> tvm.IRModule:
+    """Two GEMM layers with bias and ReLU (NeRF's MLP in small)."""
+    bb = relax.BlockBuilder()
+    t = relax.TensorType
+    x = relax.Var("x", t((rows, 32), "float32"))
+    w1, b1 = relax.Var("w1", t((32, width), "float32")), relax.Var("b1", t((width,), "float32"))
+    w2, b2 = relax.Var("w2", t((width, 32), "float32")), relax.Var("b2", t((32,), "float32"))
+    with bb.function("main", [x, w1, b1, w2, b2]):
+        with bb.dataflow():
+            h = bb.emit(relax.op.nn.relu(relax.op.add(relax.op.matmul(x, w1), b1)))
+            out = bb.emit_output(relax.op.add(relax.op.matmul(h, w2), b2))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+def _legal(mod):
+    return relax.transform.LegalizeOps()(mod)
+
+
+def _context(mod) -> SelectionContext:
+    legal = _legal(mod)
+    return SelectionContext(legal, "main", OpGraph.from_module(legal), load_device("h100"),
+                            tvm.target.Target("tvm_ext/h100"))
+
+
+def _whole(mod) -> tvm.tirx.PrimFunc:
+    legal = _legal(mod)
+    return fuse_nodes(legal, "main", list(range(len(OpGraph.from_module(legal).nodes))))
+
+
+def test_schedule_pins_the_welder_kernel():
+    func = _whole(WelderSmall)
+    scheduled = build_tile_schedule(func, TilePlan((8, 64), 256, ("T_softmax_exp",)))
+    tvm.ir.assert_structural_equal(scheduled, welder_small_scheduled)
+    assert compare_scheduled(func, scheduled).ok
+
+
+def test_gcd_rule_and_block_work():
+    work = {w.name: w for w in tile_work(_whole(WelderSmall), (8, 64), ("T_softmax_exp",))}
+    assert work["matmul"].work == 512 and not work["matmul"].row_reduction      # 8 x 64 outputs
+    assert work["T_softmax_maxelem"].row_reduction and work["T_softmax_maxelem"].work == 8 * 32
+    assert gcd_threads(list(work.values())) == 256
+
+
+@pytest.mark.parametrize("make, tile", [(attention, (1, 1, 16, 32)), (mlp, (16, 32))], ids=["attention", "mlp"])
+def test_connected_kernels_compute_what_the_graph_computes(make, tile):
+    ctx = _context(make())
+    members = tuple(ctx.call_nodes())
+    plan = plan_group(ctx, members)
+    assert isinstance(plan, TilePlan), plan
+    func = ctx.fused_function(members)
+    scheduled = build_tile_schedule(func, TilePlan(tile, gcd_threads(tile_work(func, tile, plan.inline)), plan.inline))
+    check = compare_scheduled(func, scheduled)
+    assert check.ok, check
+    check = compare_scheduled(func, build_tile_schedule(func, plan))    # the planner's own tile
+    assert check.ok, check
+
+
+def test_bad_plans_are_refused():
+    func = _whole(WelderSmall)
+    with pytest.raises(TileScheduleError, match="does not divide"):
+        build_tile_schedule(func, TilePlan((7, 64), 256))
+    with pytest.raises(TileScheduleError, match="output dimensions"):
+        build_tile_schedule(func, TilePlan((8,), 256))
+    with pytest.raises(TileScheduleError, match="multiple of 32"):
+        build_tile_schedule(func, TilePlan((8, 64), 100))
+    with pytest.raises(TileScheduleError, match="does not have"):
+        build_tile_schedule(func, TilePlan((8, 64), 256, ("no_such_block",)))
+
+
+def test_plan_round_trips_through_json():
+    plan = TilePlan((1, 1, 16, 64), 512, ("T_add", "T_softmax_exp"), grid=96, shared_bytes=12800,
+                    traffic_bytes=1 << 20, levels=(("s", "shared"), ("t", "register")))
+    assert TilePlan.from_json(plan.to_json()) == plan
+    assert plan.summary() == "tilegraph: tile 1x1x16x64, grid 96 x 512 threads, 12.5 KiB shared, 2 inlined"
+
+
+def test_graph_connecting_makes_the_attention_core_one_kernel():
+    ctx = _context(attention(heads=12, seq=128, dim=64, dtype="float16"))
+    groups = connect_graph(ctx, AnalyticCostModel())
+    assert len(groups) == 1 and groups[0].nodes == tuple(ctx.call_nodes())
+    levels = dict(groups[0].plan.levels)
+    assert set(levels.values()) == {"register", "shared"}
+    # the same sub-graph planned again comes from the signature cache
+    assert plan_group(ctx, groups[0].nodes) is groups[0].plan
+
+
+def test_tilegraph_preset_attention_is_one_kernel_below_stitch_and_baseline():
+    mod = attention(heads=12, seq=128, dim=64, dtype="float16")
+    reports = {p: inspect(mod, preset=p) for p in ("tilegraph", "stitch", "baseline")}
+    tile = reports["tilegraph"]
+    assert tile.kernels == 1 and tile.selection["main"]["chosen"] == {"tilegraph": 1}
+    assert tile.modelled_time_s < reports["stitch"].modelled_time_s < reports["baseline"].modelled_time_s
+    assert get_preset("tilegraph").generators[0] == "tilegraph"
+
+
+def test_tilegraph_preset_numerics_on_the_cpu():
+    mod = mlp()
+    rng = np.random.default_rng(0)
+    inputs = {p.name: rng.standard_normal([int(d) for d in p.ty.shape]).astype("float32")
+              for p in mod["main"].params}
+    np.testing.assert_allclose(run_cpu(mod, inputs, preset="tilegraph")[0], run_cpu(mod, inputs, preset="baseline")[0],
+                               rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.skipif(not nvcc_available(), reason="nvcc / CUDA toolkit not found")
+@pytest.mark.parametrize("target_name", TARGETS)
+def test_tile_kernels_compile_with_nvcc(target_name):
+    target = tvm.target.Target(target_name)
+    mod = attention(heads=12, seq=128, dim=64, dtype="float16")
+    with target:
+        scheduled = tvm.transform.Sequential(preset_passes("tilegraph", target).graph +
+                                             preset_passes("tilegraph", target).schedule)(mod)
+        ex = tvm.compile(mod, target, relax_pipeline=preset_pipeline("tilegraph", target),
+                         tir_pipeline=ttir.PIPELINE_NAME)
+    planned = [gv.name_hint for gv, f in scheduled.functions_items()
+               if isinstance(f, tvm.tirx.PrimFunc) and plan_of(f) is not None and plan_of(f).generator == "tilegraph"]
+    assert len(planned) == 1
+    src = ex.mod.imports[0].imports[0].inspect_source()
+    assert src.count("__global__ void") == 2 * 1          # declaration + definition of one kernel
+    compile_cuda_source(src, target)

@@ -1,0 +1,71 @@
+"""The plan of one tile-graph kernel (what :class:`~tvm_ext.tilegraph.generator.TileGraphGenerator` decided).
+
+A :class:`TilePlan` travels with the fused PrimFunc of a connected sub-graph (Welder's level-0
+sub-graph) and says how the schedule builder (:mod:`tvm_ext.tilegraph.schedule`) builds it:
+
+* ``output_tile`` — the tile of the kernel's output one thread block computes (Welder's top-level
+  tile, chosen by :func:`~tvm_ext.tilegraph.enumerate_tiles`), one extent per spatial iterator
+  of the output block;
+* ``threads`` — threads per block (``threads // 32`` warps on ``threadIdx.y``, a warp on
+  ``threadIdx.x``), from the gcd rule of Welder §4.1;
+* ``inline`` — blocks inlined into their consumers (register connection);
+* every other block but the output block is computed per tile into **shared memory** (shared
+  connection): ``compute_at`` at the block loop, ``set_scope("shared")``.
+
+The remaining fields are what the planner measured, for reports and pricing: the kernel's grid,
+its shared footprint, its modelled global traffic (Welder's ``MemTraffic`` of the tile) and the
+connect level of every edge between its member nodes.
+
+Example
+-------
+>>> plan = TilePlan(output_tile=(16, 128), threads=512, inline=("T_softmax_exp",), grid=6144,
+...                 shared_bytes=8320, traffic_bytes=276824064, levels=(("C", "shared"),))
+>>> plan.summary()
+'tilegraph: tile 16x128, grid 6144 x 512 threads, 8.1 KiB shared, 1 inlined'
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+
+@dataclass(frozen=True)
+class TilePlan:
+    """One tile-graph kernel (see the module docstring)."""
+
+    generator: ClassVar[str] = "tilegraph"
+
+    output_tile: tuple[int, ...]
+    threads: int
+    inline: tuple[str, ...] = ()
+    grid: int = 0
+    shared_bytes: int = 0
+    traffic_bytes: int = 0
+    levels: tuple[tuple[str, str], ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON form (inverse: :meth:`from_json`)."""
+        return {"output_tile": list(self.output_tile), "threads": self.threads, "inline": list(self.inline),
+                "grid": self.grid, "shared_bytes": self.shared_bytes, "traffic_bytes": self.traffic_bytes,
+                "levels": [list(x) for x in self.levels]}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "TilePlan":
+        """Inverse of :meth:`to_json`."""
+        return cls(output_tile=tuple(int(x) for x in data["output_tile"]), threads=int(data["threads"]),
+                   inline=tuple(str(x) for x in data.get("inline", ())), grid=int(data.get("grid", 0)),
+                   shared_bytes=int(data.get("shared_bytes", 0)), traffic_bytes=int(data.get("traffic_bytes", 0)),
+                   levels=tuple((str(t), str(lv)) for t, lv in data.get("levels", ())))
+
+    def measured_config(self) -> dict[str, Any]:
+        """What a measurement of this kernel is keyed by: the schedule's choices."""
+        return {"output_tile": list(self.output_tile), "threads": self.threads, "inline": list(self.inline)}
+
+    def summary(self) -> str:
+        """One line for reports."""
+        tile = "x".join(map(str, self.output_tile))
+        return (f"tilegraph: tile {tile}, grid {self.grid} x {self.threads} threads, "
+                f"{self.shared_bytes / 1024:.1f} KiB shared, {len(self.inline)} inlined")
+
+
+__all__ = ["TilePlan"]

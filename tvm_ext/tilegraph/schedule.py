@@ -1,0 +1,232 @@
+"""Schedule builder: a :class:`~tvm_ext.tilegraph.plans.TilePlan` on a fused PrimFunc, as one kernel.
+
+Welder's connections with ``s_tir.Schedule`` primitives (the digest's schedule recipe, not the
+paper's kernel stitching):
+
+* **register connection** — the plan's ``inline`` blocks are ``compute_inline``-d into their
+  consumers (an elementwise producer recomputed where it is read);
+* **top-level tile** — the output block's spatial loops are split by ``output_tile``; the tile
+  loops, fused, are ``blockIdx.x``;
+* **shared connection** — every other block is computed per tile (``compute_at`` at the block
+  loop; TVM's region inference gives exactly Welder's propagated tile) into a ``shared`` buffer;
+  TVM's lowering merges the shared buffers into one pool (``MergeSharedMemoryAllocations``) and
+  inserts the barriers between stages (``ThreadSync``);
+* **threads** — ``threads // 32`` warps: a row reduction (softmax's max and sum, a norm's mean)
+  puts its rows on ``threadIdx.y`` and reduces each row across the 32 lanes of ``threadIdx.x``;
+  every other block spreads its tile's outputs over ``threadIdx.y x threadIdx.x``;
+* **contractions** (the GEMMs inside) accumulate in registers (``cache_write`` to ``local``,
+  written back by the same thread), reduction loop serial: SIMT code. Tensor-core fragments are
+  not built yet (see the package docstring).
+
+:func:`tile_work` reports the per-block work of every block for the gcd rule of the thread count.
+
+Example
+-------
+>>> scheduled = build_tile_schedule(func, TilePlan(output_tile=(16, 128), threads=512))
+>>> scheduled.attrs["tirx.is_scheduled"]
+True
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import tvm
+import tvm_ffi
+from tvm import tirx
+from tvm.s_tir import SBlockRealize
+
+from ..errors import TVM_ERRORS, TvmExtError
+from ..graph import is_contraction, sblocks
+from .plans import TilePlan
+
+#: Lanes of one warp: the ``threadIdx.x`` extent of every block (a row reduction's lanes).
+WARP = 32
+#: Thread counts the gcd rule may pick, largest first (Welder §4.1: the gcd of the tiles' sizes if
+#: it lies in [128, 1024], else 128).
+THREAD_CHOICES = (1024, 512, 256, 128)
+_RED = tirx.IterVar.CommReduce
+
+
+class TileScheduleError(TvmExtError):
+    """The builder cannot realize a tile plan on a function (the kernel falls back, reported)."""
+
+
+@dataclass(frozen=True)
+class BlockWork:
+    """One block of a tile kernel: its per-tile spatial outputs and whether it is a row reduction."""
+
+    name: str
+    outputs: int
+    row_reduction: bool
+
+    @property
+    def work(self) -> int:
+        """Thread slots it can use: its outputs, times a warp's lanes for a row reduction."""
+        return self.outputs * (WARP if self.row_reduction else 1)
+
+
+def _is_reduction(block) -> bool:
+    return any(iv.iter_type == _RED for iv in block.iter_vars)
+
+
+def _anatomy(func: tirx.PrimFunc, inline: tuple[str, ...]) -> list[str]:
+    """Block names in program order without the inlined ones; the last writes the only output."""
+    blocks = [b for b, _ in sblocks(func)]
+    names = [b.name_hint for b in blocks]
+    if len(set(names)) != len(names):
+        raise TileScheduleError("block names are not unique")
+    unknown = sorted(set(inline) - set(names))
+    if unknown:
+        raise TileScheduleError(f"the plan inlines blocks the function does not have: {unknown}")
+    params = list(func.params)
+    writers = [b.name_hint for b in blocks if any(w.source.same_as(p) for w in b.writes for p in params)]
+    if len(writers) != 1 or writers[0] != names[-1]:
+        raise TileScheduleError(f"a tile kernel has one output written by its last block; output writers: {writers}")
+    if names[-1] in inline:
+        raise TileScheduleError("the output block cannot be inlined")
+    return [n for n in names if n not in inline]
+
+
+def _realize(sch, block):
+    """The ``SBlockRealize`` of ``block`` in the schedule's current function."""
+    name = sch.get(block).name_hint
+    found: list = []
+    tvm_ffi.structural_walk(sch.mod["main"].body,
+                            (SBlockRealize, lambda r: found.append(r) if r.block.name_hint == name else None))
+    if len(found) != 1:
+        raise TileScheduleError(f"block '{name}' is realized {len(found)} times")
+    return found[0]
+
+
+def _spatial_and_reduce(sch, block, loops) -> tuple[list, list]:
+    """``loops`` split into those that bind a spatial iterator of ``block`` (or none) and those that
+    bind a reduction iterator."""
+    realize = _realize(sch, block)
+    reduce_vars: set = set()
+    for iv, value in zip(realize.block.iter_vars, realize.iter_values):
+        if iv.iter_type == _RED:
+            tvm_ffi.structural_walk(value, (tvm.ir.Var, reduce_vars.add))
+    spatial, reduce = [], []
+    for loop in loops:
+        (reduce if sch.get(loop).loop_var in reduce_vars else spatial).append(loop)
+    if not spatial:
+        raise TileScheduleError(f"block '{realize.block.name_hint}' has no spatial loop under the tile")
+    return spatial, reduce
+
+
+def _extent(sch, loop) -> int:
+    ext = sch.get(loop).extent
+    if not isinstance(ext, tirx.IntImm):
+        raise TileScheduleError("dynamic loop extents")
+    return int(ext.value)
+
+
+def _tiled(func: tirx.PrimFunc, plan: TilePlan):
+    """The schedule after inlining, output tiling and ``compute_at``: (schedule, block loop, names)."""
+    names = _anatomy(func, plan.inline)
+    sch = tvm.s_tir.Schedule(func)
+    for name in plan.inline:
+        sch.compute_inline(sch.get_sblock(name))
+    root = sch.get_sblock(names[-1])
+    spatial, reduce = _spatial_and_reduce(sch, root, list(sch.get_loops(root)))
+    if len(spatial) != len(plan.output_tile):
+        raise TileScheduleError(f"output tile {plan.output_tile} for {len(spatial)} output dimensions")
+    outer, inner = [], []
+    for loop, size in zip(spatial, plan.output_tile):
+        extent = _extent(sch, loop)
+        if size <= 0 or extent % size:
+            raise TileScheduleError(f"tile {plan.output_tile} does not divide the output (dimension {extent})")
+        o, i = sch.split(loop, [None, size])
+        outer.append(o)
+        inner.append(i)
+    sch.reorder(*outer, *inner, *reduce)
+    bx = sch.fuse(*outer) if len(outer) > 1 else outer[0]
+    for name in reversed(names[:-1]):
+        block = sch.get_sblock(name)
+        sch.set_scope(block, 0, "shared")
+        sch.compute_at(block, bx)
+    return sch, bx, names
+
+
+def _below(sch, block, anchor) -> list:
+    loops = list(sch.get_loops(block))
+    target = sch.get(anchor)
+    for k, loop in enumerate(loops):
+        if sch.get(loop).same_as(target):
+            return loops[k + 1:]
+    raise TileScheduleError(f"block '{sch.get(block).name_hint}' is not under the tile loop")
+
+
+def tile_work(func: tirx.PrimFunc, output_tile: tuple[int, ...], inline: tuple[str, ...] = ()) -> list[BlockWork]:
+    """Per-tile work of every block of the kernel ``output_tile`` makes of ``func``.
+
+    Raises
+    ------
+    TileScheduleError
+        The function is not a one-output kernel, or the tile does not divide its output.
+    """
+    try:
+        sch, bx, names = _tiled(func, TilePlan(tuple(output_tile), WARP, tuple(inline)))
+        out = []
+        for name in names:
+            block = sch.get_sblock(name)
+            spatial, _ = _spatial_and_reduce(sch, block, _below(sch, block, bx))
+            red = _is_reduction(sch.get(block)) and not is_contraction(sch.get(block))
+            out.append(BlockWork(name, math.prod(_extent(sch, lp) for lp in spatial), red))
+    except TVM_ERRORS as err:
+        raise TileScheduleError(f"cannot tile: {str(err).strip().splitlines()[0][:300]}") from None
+    return out
+
+
+def gcd_threads(work: list[BlockWork]) -> int:
+    """Welder §4.1's block size: the largest of :data:`THREAD_CHOICES` dividing every block's work
+    (so no block is predicated), else 128."""
+    g = math.gcd(*(w.work for w in work))
+    return next((t for t in THREAD_CHOICES if g % t == 0), THREAD_CHOICES[-1])
+
+
+def _bind(sch, block, anchor, ty: int) -> None:
+    spatial, reduce = _spatial_and_reduce(sch, block, _below(sch, block, anchor))
+    sch.reorder(*spatial, *reduce)
+    fused = sch.fuse(*spatial) if len(spatial) > 1 else spatial[0]
+    stmt = sch.get(block)
+    if reduce and not is_contraction(stmt):          # a row reduction: rows on y, lanes reduce the row
+        _, y = sch.split(fused, [None, ty])
+        row = sch.fuse(*reduce) if len(reduce) > 1 else reduce[0]
+        _, x = sch.split(row, [None, WARP])
+        sch.bind(y, "threadIdx.y")
+        sch.bind(x, "threadIdx.x")
+        return
+    _, y, x = sch.split(fused, [None, ty, WARP])
+    sch.bind(y, "threadIdx.y")
+    sch.bind(x, "threadIdx.x")
+    if reduce:                                          # a contraction: accumulate in a register
+        write_back = sch.cache_write(block, 0, "local")
+        sch.reverse_compute_at(write_back, x)
+
+
+def build_tile_schedule(func: tirx.PrimFunc, plan: TilePlan) -> tirx.PrimFunc:
+    """Schedule ``func`` as the one kernel ``plan`` describes (see the module docstring).
+
+    Raises
+    ------
+    TileScheduleError
+        The function has not the anatomy of a tile kernel, the plan does not fit it, or a
+        schedule primitive refused it.
+    """
+    if plan.threads % WARP or not WARP <= plan.threads <= THREAD_CHOICES[0]:
+        raise TileScheduleError(f"threads must be a multiple of {WARP} up to {THREAD_CHOICES[0]}, got {plan.threads}")
+    ty = plan.threads // WARP
+    try:
+        sch, bx, names = _tiled(func, plan)
+        for name in names:
+            _bind(sch, sch.get_sblock(name), bx, ty)
+        sch.bind(bx, "blockIdx.x")
+    except TVM_ERRORS as err:
+        raise TileScheduleError(f"schedule failed: {str(err).strip().splitlines()[0][:300]}") from None
+    return sch.mod["main"].with_attr("tirx.is_scheduled", True)
+
+
+__all__ = ["WARP", "THREAD_CHOICES", "BlockWork", "TileScheduleError", "build_tile_schedule", "gcd_threads",
+           "tile_work"]
