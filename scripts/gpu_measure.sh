@@ -25,10 +25,16 @@ PY=${PYTHON:-python3}
 { nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,clocks.max.mem,memory.total --format=csv
   "$PY" --version; } > "$OUT/device.txt" 2>&1
 
-# 1. whole models: numerics and latency (run.sh unpacks the runtime-only TVM first)
+# 1. whole models: numerics and latency (run.sh unpacks the runtime-only TVM first), one model per
+#    process with its own time limit (RUN_TIMEOUT_S, default 150): a kernel that hangs costs one model
 SYSTEMS=$("$PY" -c "import json,sys; m=json.load(open(sys.argv[1]+'/manifest.json'));
 print(','.join(sorted({b['system'] for e in m['models'] for b in e['builds']}) + ['torch-eager']))" "$BUNDLE")
-"$BUNDLE/run.sh" --systems "$SYSTEMS" --torch on --out "$OUT/results.jsonl" ${RUN_ARGS:-} 2>&1 | tail -n 40
+MODELS=$("$PY" -c "import json,sys; print(' '.join(e['name'] for e in json.load(open(sys.argv[1]+'/manifest.json'))['models']))" "$BUNDLE")
+for model in $MODELS; do
+  timeout "${RUN_TIMEOUT_S:-150}" "$BUNDLE/run.sh" --models "$model" --systems "$SYSTEMS" --torch on \
+      --out "$OUT/results.jsonl" ${RUN_ARGS:-} > "$OUT/run_$model.log" 2>&1
+  echo "run $model: exit $?"; tail -n 12 "$OUT/run_$model.log"; rm -f "$OUT/run_$model.log"
+done
 
 # 2. one profiled inference per MODEL/SYSTEM, each in its own process under ncu
 [ $# -gt 0 ] || exit 0
@@ -39,7 +45,7 @@ export PYTHONPATH="${RUNTIME_SITE:-$BUNDLE/runtime/site}:$BUNDLE/python" TVM_USE
 for pair in "$@"; do
   if [ $(( $(date +%s) - START )) -gt "${DEADLINE_S:-420}" ]; then echo "deadline: $pair and later not profiled"; break; fi
   model=${pair%%/*}; system=${pair#*/}
-  timeout 120 "$NCU" --profile-from-start off --csv --page raw --print-units base --clock-control none \
+  timeout 60 "$NCU" --profile-from-start off --csv --page raw --print-units base --clock-control none \
       --cache-control all --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum \
       --log-file "$OUT/ncu/${model}__${system}.csv" \
       "$PY" -m tvm_ext.bench.kernel_profile "$BUNDLE" --model "$model" --system "$system" \

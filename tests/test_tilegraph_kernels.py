@@ -246,3 +246,17 @@ def test_tile_kernels_compile_with_nvcc(target_name):
     src = ex.mod.imports[0].imports[0].inspect_source()
     assert src.count("__global__ void") == 2 * 1          # declaration + definition of one kernel
     compile_cuda_source(src, target)
+
+
+def test_lowering_check_names_static_shared_memory_over_the_limit():
+    """A shared buffer TVM cannot compact (its region is not provable) would fail only at ptxas."""
+    from tvm_ext.tir.lowering_check import lowering_problem, static_shared_bytes
+
+    src = ('extern "C" __global__ void __launch_bounds__(256) a(float* x) {\n  __shared__ alignas(64) float s[2048];\n'
+           '  __shared__ half t[16];\n}\nextern "C" __global__ void b(half* y) {\n  __shared__ half u[98304];\n}\n')
+    assert static_shared_bytes(src) == [8224, 196608]
+    func = _whole(WelderSmall)
+    target = tvm.target.Target("tvm_ext/h100")
+    assert lowering_problem(build_tile_schedule(func, TilePlan((8, 64), 256, ("T_softmax_exp",))), "k", target) is None
+    whole = build_tile_schedule(_whole(attention(heads=1, seq=256, dim=64)), TilePlan((1, 1, 256, 64), 1024))
+    assert "static shared memory exceed" in lowering_problem(whole, "k", target)

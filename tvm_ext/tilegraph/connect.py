@@ -1,8 +1,10 @@
 """Graph connecting (Welder Fig. 7): which edges of a graph become on-chip connections.
 
-For every node in topological order and every edge to a consumer, :func:`connect_graph` tries the
-edge at ``global`` (two kernels, as before) and at its on-chip level, and keeps the cheaper by the
-cost model, as Welder keeps the level its profiler finds fastest:
+For every edge between two kernels, :func:`connect_graph` prices the edge at ``global`` (the two
+kernels, as before) and at its on-chip level, and connects the edge with the largest saving by the
+cost model, then the next, until no connection saves anything (Welder keeps the level its profiler
+finds fastest, edge by edge in topological order; see :func:`connect_graph` for why the order
+differs):
 
 * an edge out of an injective node (elementwise, broadcast, layout) is a **register** connection:
   the producer is inlined into the kernel that reads it;
@@ -46,8 +48,14 @@ from .tile_graph import ConnectLevel, TileGraph, TileGraphError
 logger = logging.getLogger(__name__)
 
 #: Output tiles of a group tried (best first) before it counts as unplannable: Welder profiles
-#: about 20 per sub-graph; the builder needs a tile that divides the output, usually among the first.
-TILES_TRIED = 8
+#: the top 20 per sub-graph; here each is checked for what the builder can realize (a tile that
+#: divides the output, no recomputation, static shared memory) and the least recomputing kept.
+TILES_TRIED = 20
+#: *assumed*: how many times a block may compute each of its outputs over the grid. Welder's
+#: propagation recomputes halos (a 3x3 convolution's producer tile grows by its border: 1.56x for
+#: an 8x8 tile); more than this means TVM's region inference could not invert an index map and
+#: every block would compute far more than its tile needs.
+MAX_RECOMPUTE = 2.0
 #: Enumeration bound per group (evaluated tiles); *assumed*: planning time, not quality, is the
 #: reason (each evaluation propagates the whole group once).
 MAX_VISITS = 96
@@ -114,22 +122,55 @@ def plan_group(ctx: SelectionContext, members: tuple[int, ...]) -> TilePlan | st
                 tg.set_connect(e, edge_level(ctx, e.producer))
             func = ctx.fused_function(members)
             inline = _inline_blocks(ctx, members)
-            ranked = enumerate_tiles(tg, ctx.device, max_visits=MAX_VISITS)
+            # Welder's footprint counts every input tile as staged in shared memory; this builder
+            # reads inputs from global (through L1), so enumeration prunes only what no block could
+            # hold and the builder's own buffers are checked against the static limit below
+            ranked = enumerate_tiles(tg, ctx.device, max_visits=MAX_VISITS,
+                                     shared_capacity=ctx.device.max_shared_memory_per_block_optin)
         except (TileGraphError, EmitError) as err:
             return str(err)
         refused = "no output tile fits shared memory"
-        for cand in ranked[:TILES_TRIED]:
+        buildable = []
+        for rank, cand in enumerate(ranked[:TILES_TRIED]):
             try:
                 work = tile_work(func, cand.output_tile, inline)
             except TileScheduleError as err:
                 refused = str(err)
                 continue
+            problem = _unbuildable(work, ctx.device.max_shared_memory_per_block)
+            if problem:
+                refused = f"tile {cand.output_tile}: {problem}"
+                continue
+            buildable.append((_recompute(work), rank, cand, work))
+        if buildable:           # the least recomputation first (Welder's ranking does not see it), then rank
+            _, _, cand, work = min(buildable, key=lambda b: b[:2])
+            root = work[-1]
             return TilePlan(output_tile=cand.output_tile, threads=gcd_threads(work), inline=inline,
-                            grid=sum(cand.num_tiles), shared_bytes=cand.shared_bytes, traffic_bytes=cand.global_bytes,
+                            grid=root.total // root.outputs, shared_bytes=sum(w.shared_bytes for w in work),
+                            traffic_bytes=cand.global_bytes,
                             levels=tuple((e.tensor, tg.connect_level(e).label) for e in tg.edges))
         return refused
 
     return ctx.memo(("tilegraph", ctx.signature(members)), plan)
+
+
+def _recompute(work) -> float:
+    """The most any block computes each of its outputs over the grid (1.0: no recomputation)."""
+    tiles = work[-1].total // work[-1].outputs
+    return max(w.outputs * tiles / w.total for w in work)
+
+
+def _unbuildable(work, shared_limit: int) -> str:
+    """Why the kernel these blocks make is not worth building ('' if it is)."""
+    tiles = work[-1].total // work[-1].outputs
+    for w in work:
+        if w.outputs * tiles > MAX_RECOMPUTE * w.total:
+            return (f"block '{w.name}' would compute {w.outputs * tiles / w.total:.1f}x its outputs "
+                    "(a tile that cuts what it reads, or an index map TVM's region inference does not invert)")
+    shared = sum(w.shared_bytes for w in work)
+    if shared > shared_limit:
+        return f"{shared} B of shared memory per block exceed {shared_limit} B"
+    return ""
 
 
 def tile_candidate(ctx: SelectionContext, members: tuple[int, ...], plan: TilePlan, provenance: str) -> Candidate:
@@ -170,36 +211,52 @@ class _Pricer:
 def connect_graph(ctx: SelectionContext, cost) -> list[ConnectedGroup]:
     """Welder's ``GraphConnecting`` over ``ctx.graph`` priced by ``cost`` (see the module docstring).
 
+    Edges are connected best gain first (the saving of one kernel over the two it replaces), not
+    in topological order as in Fig. 7: in topological order a GEMM's layout epilogue (BERT's V
+    projection with its reshape and transpose) is connected before the attention that reads it,
+    and the attention can then no longer take its PV product. Ties go to the earlier edge.
+
     Returns every group of the final connected graph (single nodes included), in topological order.
     """
     pricer = _Pricer(ctx, cost)
     calls = ctx.call_nodes()
     group_of: dict[int, tuple[int, ...]] = {n: (n,) for n in calls}
     price: dict[tuple[int, ...], tuple[TilePlan | None, float]] = {}
+    trials: dict[tuple[int, ...], tuple[TilePlan | None, float]] = {}
+    edges = [(n, c) for n in calls for c in ctx.ordered(c for c in ctx.graph.consumers(n) if c in group_of)]
 
     def priced(members: tuple[int, ...]) -> tuple[TilePlan | None, float]:
         if members not in price:
             price[members] = pricer.alone(members)
         return price[members]
 
-    for n in calls:
-        for c in ctx.ordered(c for c in ctx.graph.consumers(n) if c in group_of):
+    def trial(merged: tuple[int, ...]) -> tuple[TilePlan | None, float]:
+        if merged not in trials:
+            trials[merged] = pricer.tile(merged) if ctx.graph.is_convex(merged) else (None, float("inf"))
+        return trials[merged]
+
+    while True:
+        best = None
+        for n, c in edges:
             a, b = group_of[n], group_of[c]
             if a == b:
                 continue
             merged = ctx.ordered(a + b)
-            if not ctx.graph.is_convex(merged):
-                continue
-            plan, seconds = pricer.tile(merged)
-            if plan is None or seconds >= priced(a)[1] + priced(b)[1]:
-                continue
-            price[merged] = (plan, seconds)
-            for m in merged:
-                group_of[m] = merged
-            logger.debug("connected %s (%s): %.3g s", list(merged), edge_level(ctx, n).label, seconds)
+            plan, seconds = trial(merged)
+            gain = priced(a)[1] + priced(b)[1] - seconds
+            if plan is not None and gain > 0 and (best is None or gain > best[0]):
+                best = (gain, n, merged, plan, seconds)
+        if best is None:
+            break
+        gain, n, merged, plan, seconds = best
+        price[merged] = (plan, seconds)
+        for m in merged:
+            group_of[m] = merged
+        logger.debug("connected %s (%s): %.3g s, %.3g s saved", [ctx.graph.nodes[m].name for m in merged],
+                     edge_level(ctx, n).label, seconds, gain)
     groups = list(dict.fromkeys(group_of[n] for n in calls))
     return [ConnectedGroup(g, *priced(g)) for g in groups]
 
 
-__all__ = ["TILES_TRIED", "MAX_VISITS", "ConnectedGroup", "connect_graph", "edge_level", "plan_group",
+__all__ = ["TILES_TRIED", "MAX_VISITS", "MAX_RECOMPUTE", "ConnectedGroup", "connect_graph", "edge_level", "plan_group",
            "tile_candidate"]

@@ -54,16 +54,29 @@ class TileScheduleError(TvmExtError):
 
 @dataclass(frozen=True)
 class BlockWork:
-    """One block of a tile kernel: its per-tile spatial outputs and whether it is a row reduction."""
+    """One block of a tile kernel: its outputs per tile and in all, and what one output costs.
+
+    ``outputs`` is what TVM's region inference makes the block compute per tile; where it cannot
+    invert an index map (a reshape between a GEMM and the tiled output) that is more than the tile
+    needs, and ``outputs x tiles`` exceeds ``total``: the kernel would recompute.
+    """
 
     name: str
     outputs: int
     row_reduction: bool
+    total: int
+    itemsize: int
+    output_block: bool = False
 
     @property
     def work(self) -> int:
         """Thread slots it can use: its outputs, times a warp's lanes for a row reduction."""
         return self.outputs * (WARP if self.row_reduction else 1)
+
+    @property
+    def shared_bytes(self) -> int:
+        """Shared memory of its per-tile buffer (none for the output block, which stores to global)."""
+        return 0 if self.output_block else self.outputs * self.itemsize
 
 
 def _is_reduction(block) -> bool:
@@ -158,6 +171,21 @@ def _below(sch, block, anchor) -> list:
     raise TileScheduleError(f"block '{sch.get(block).name_hint}' is not under the tile loop")
 
 
+def _totals(func: tirx.PrimFunc) -> dict[str, tuple[int, int]]:
+    """Block name -> (spatial iteration volume, bytes of one element it writes)."""
+    out = {}
+    for block, _ in sblocks(func):
+        volume = 1
+        for iv in block.iter_vars:
+            if iv.iter_type != _RED:
+                if not isinstance(iv.dom.extent, tirx.IntImm):
+                    raise TileScheduleError("dynamic extents")
+                volume *= int(iv.dom.extent.value)
+        itemsize = tvm.DataType(str(block.writes[0].source.dtype)).bits // 8 if block.writes else 4
+        out[block.name_hint] = (volume, max(itemsize, 1))
+    return out
+
+
 def tile_work(func: tirx.PrimFunc, output_tile: tuple[int, ...], inline: tuple[str, ...] = ()) -> list[BlockWork]:
     """Per-tile work of every block of the kernel ``output_tile`` makes of ``func``.
 
@@ -166,6 +194,7 @@ def tile_work(func: tirx.PrimFunc, output_tile: tuple[int, ...], inline: tuple[s
     TileScheduleError
         The function is not a one-output kernel, or the tile does not divide its output.
     """
+    totals = _totals(func)
     try:
         sch, bx, names = _tiled(func, TilePlan(tuple(output_tile), WARP, tuple(inline)))
         out = []
@@ -173,7 +202,8 @@ def tile_work(func: tirx.PrimFunc, output_tile: tuple[int, ...], inline: tuple[s
             block = sch.get_sblock(name)
             spatial, _ = _spatial_and_reduce(sch, block, _below(sch, block, bx))
             red = _is_reduction(sch.get(block)) and not is_contraction(sch.get(block))
-            out.append(BlockWork(name, math.prod(_extent(sch, lp) for lp in spatial), red))
+            out.append(BlockWork(name, math.prod(_extent(sch, lp) for lp in spatial), red, *totals[name],
+                                 output_block=name == names[-1]))
     except TVM_ERRORS as err:
         raise TileScheduleError(f"cannot tile: {str(err).strip().splitlines()[0][:300]}") from None
     return out
