@@ -37,7 +37,7 @@ LIBRARY = "library"
 
 _SCALE = {"": 1.0, "byte": 1.0, "kbyte": 1e3, "mbyte": 1e6, "gbyte": 1e9, "kibyte": 2.0 ** 10,
           "mibyte": 2.0 ** 20, "gibyte": 2.0 ** 30, "nsecond": 1e-9, "usecond": 1e-6, "msecond": 1e-3,
-          "second": 1.0}
+          "second": 1.0, "ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}
 
 
 @dataclass(frozen=True)
