@@ -10,7 +10,8 @@ For a kernel (a :class:`~tvm_ext.select.candidate.Candidate`, or any object with
     memory  = max(DRAM bytes / achievable DRAM bandwidth, global bytes / L2 bandwidth)
 
 * **peak(path, dtype)**: the tensor-core peak of the dtype for ``mma_sync`` / ``wgmma``
-  (TF32 for float32 where the device has it), the CUDA-core peak (``simt_peak_flops``) for SIMT;
+  (TF32 for float32 where the device has it), the CUDA-core peak (``simt_peak_flops``) for SIMT
+  and thread-per-output contractions (``simt_contraction``, at a measured, much lower efficiency);
 * **wave quantization** (compute): blocks run in waves over the SMs; an SM that holds
   ``ceil(grid / SMs)`` blocks while others hold fewer sets the time, so the ideal time is scaled
   by ``ceil(grid / SMs) / (grid / SMs)`` (>= 1, and ``SMs / grid`` for grids smaller than the GPU);
@@ -75,7 +76,7 @@ def dram_bytes(kernel: Priced, device: DeviceSpec) -> int:
 def peak_flops(device: DeviceSpec, code_path: CodePath, dtype: str) -> float:
     """The peak rate of ``code_path`` for ``dtype`` on ``device`` (before efficiency)."""
     simt = device.cost.simt_peak_flops
-    if code_path == CodePath.SIMT:
+    if code_path in (CodePath.SIMT, CodePath.SIMT_CONTRACTION):
         return simt.get(dtype, simt["float32"])
     if dtype == "float32":
         return device.peak_flops.get("tfloat32", simt["float32"])
@@ -149,7 +150,8 @@ class AnalyticCostModel:
             rate = peak_flops(device, kernel.code_path, kernel.dtype) * efficiency(device, kernel.code_path)
             compute = kernel.flops / rate * wave_factor(device, launch.grid)
         per_block = launch.threads * c.bytes_in_flight_per_thread
-        if kernel.code_path != CodePath.SIMT:   # pipelined copies keep the staged tiles in flight
+        if kernel.code_path not in (CodePath.SIMT, CodePath.SIMT_CONTRACTION):   # pipelined copies keep
+            # the staged tiles in flight
             per_block = max(per_block, launch.shared_bytes)
         in_flight = min(launch.grid, resident_blocks(device, launch)) * per_block
         dram_bw = min(device.dram_bandwidth_bytes_per_s * c.dram_efficiency, in_flight / c.dram_latency_s)

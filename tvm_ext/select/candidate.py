@@ -26,8 +26,11 @@ from .plan import Plan
 class CodePath(str, enum.Enum):
     """How a kernel's arithmetic runs: the cost model prices each at its own efficiency."""
 
-    #: CUDA cores, scalar or vector loads (elementwise, reductions, thread-per-output GEMMs).
+    #: CUDA cores, scalar or vector loads (elementwise, reductions).
     SIMT = "simt"
+    #: CUDA cores running a contraction one output per thread, operands read from global memory
+    #: (through L1) at every step, no register tiling: stitch's GEMM prologues, tile-graph kernels.
+    SIMT_CONTRACTION = "simt_contraction"
     #: Warp-level tensor-core MMA (``mma.sync`` / WMMA): CUTLASS 2.x, dlight's tensorized matmul.
     MMA_SYNC = "mma_sync"
     #: Hopper warp-group MMA fed by TMA: CUTLASS 3.x.

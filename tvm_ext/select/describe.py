@@ -88,11 +88,13 @@ def describe_scheduled(graph_func: tirx.PrimFunc, scheduled: tirx.PrimFunc,
     unique = sum(b for b, _ in sizes)
     dtypes = [d for _, d in sizes if d.startswith(("float", "bfloat"))]
     dtype = dtypes[-1] if dtypes else "float32"
-    path = code_path or (CodePath.MMA_SYNC if uses_tensor_cores(scheduled) else CodePath.SIMT)
     try:
         plan = plan_of(graph_func)
     except PlanError:
         plan = None
+    planned_path = getattr(plan, "code_path", None)     # a plan that knows how its arithmetic runs says so
+    path = code_path or (CodePath(planned_path) if planned_path else
+                         CodePath.MMA_SYNC if uses_tensor_cores(scheduled) else CodePath.SIMT)
     key = kernel_key(graph_func, plan) if plan is not None else ""
     # a plan that modelled its own traffic (a tile kernel re-reads operand tiles per block) is
     # priced with it, as the selection priced it

@@ -202,7 +202,7 @@ class StitchGenerator:
         why = f"stitch scope: {group.kind} group"
         if recomputes:
             why += "; recomputes " + ", ".join(ctx.graph.nodes[n].func_name for n in recomputes)
-        return Candidate.of(ctx.graph, members, made, launch=launch, code_path=CodePath.SIMT,
+        return Candidate.of(ctx.graph, members, made, launch=launch, code_path=CodePath(made.code_path),
                             global_bytes=moved + _global_round_trips(made),
                             unique_bytes=moved + _global_round_trips(made) // 2,
                             provenance=why, key=ctx.kernel_key(members, made, recomputes), recomputes=recomputes)

@@ -95,6 +95,11 @@ class StitchKernelPlan:
         if (self.group == "prologue") != (self.tiles is not None) or (self.tiles is None) == (self.stitch is None):
             raise ValueError("a prologue plan has tiles, any other stitch plan a StitchPlan")
 
+    @property
+    def code_path(self) -> str:
+        """How its arithmetic runs: a GEMM prologue's contraction is one output per thread."""
+        return "simt_contraction" if self.tiles is not None else "simt"
+
     def to_json(self) -> dict[str, Any]:
         """JSON form (the planner's scratch function is not part of it)."""
         out: dict[str, Any] = {"group": self.group, "parts": self.parts}

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 
 from tvm import tirx
 
-from ..graph import sblocks
+from ..graph import is_contraction, sblocks
 from ..select.candidate import Candidate, CodePath, LaunchShape, boundary_bytes
 from ..select.context import SelectionContext
 from ..select.emit import EmitError
@@ -80,9 +80,20 @@ def injective(ctx: SelectionContext, node: int) -> bool:
     return func is not None and not any(_is_reduction(b) for b, _ in sblocks(func))
 
 
-def edge_level(ctx: SelectionContext, producer: int) -> ConnectLevel:
-    """The on-chip level of the edges out of ``producer`` (see the module docstring)."""
-    return ConnectLevel.REGISTER if injective(ctx, producer) else ConnectLevel.SHARED
+def edge_level(ctx: SelectionContext, producer: int, consumer: int) -> ConnectLevel:
+    """The on-chip level of the edge ``producer -> consumer`` (see the module docstring).
+
+    An injective producer is inlined (register), except one that computes (``flops > 0``) into a
+    contraction: the contraction reads each of its elements once per output column, so inlining
+    recomputes it that often (measured: a GELU inlined into BERT's FFN-down GEMM made it 3.6x
+    slower than the same GEMM alone); such an edge is a shared connection.
+    """
+    graph = ctx.graph
+    if not injective(ctx, producer):
+        return ConnectLevel.SHARED
+    target = graph.nodes[consumer].func
+    into_contraction = target is not None and any(is_contraction(b) for b, _ in sblocks(target))
+    return ConnectLevel.SHARED if into_contraction and graph.nodes[producer].flops > 0 else ConnectLevel.REGISTER
 
 
 def _inline_blocks(ctx: SelectionContext, members: tuple[int, ...]) -> tuple[str, ...]:
@@ -102,7 +113,8 @@ def _inline_blocks(ctx: SelectionContext, members: tuple[int, ...]) -> tuple[str
             last = k == len(own) - 1
             if _is_reduction(block) or (last and keeps_output):
                 continue
-            if last and not injective(ctx, n):
+            if last and any(edge_level(ctx, n, c) != ConnectLevel.REGISTER
+                            for c in ctx.graph.consumers(n) if c in members):
                 continue
             names.append(name)
     return tuple(names)
@@ -119,7 +131,7 @@ def plan_group(ctx: SelectionContext, members: tuple[int, ...]) -> TilePlan | st
         try:
             tg = TileGraph(graph, members)
             for e in tg.edges:
-                tg.set_connect(e, edge_level(ctx, e.producer))
+                tg.set_connect(e, edge_level(ctx, e.producer, e.consumer))
             func = ctx.fused_function(members)
             inline = _inline_blocks(ctx, members)
             # Welder's footprint counts every input tile as staged in shared memory; this builder
@@ -148,7 +160,9 @@ def plan_group(ctx: SelectionContext, members: tuple[int, ...]) -> TilePlan | st
             return TilePlan(output_tile=cand.output_tile, threads=gcd_threads(work), inline=inline,
                             grid=root.total // root.outputs, shared_bytes=sum(w.shared_bytes for w in work),
                             traffic_bytes=cand.global_bytes,
-                            levels=tuple((e.tensor, tg.connect_level(e).label) for e in tg.edges))
+                            levels=tuple((e.tensor, tg.connect_level(e).label) for e in tg.edges),
+                            code_path="simt_contraction" if any(is_contraction(b) for b, _ in sblocks(func))
+                            else "simt")
         return refused
 
     return ctx.memo(("tilegraph", ctx.signature(members)), plan)
@@ -177,7 +191,7 @@ def tile_candidate(ctx: SelectionContext, members: tuple[int, ...], plan: TilePl
     """The selector's candidate of a planned group."""
     members = ctx.ordered(members)
     launch = LaunchShape(grid=plan.grid, threads=plan.threads, shared_bytes=plan.shared_bytes)
-    return Candidate.of(ctx.graph, members, plan, launch=launch, code_path=CodePath.SIMT,
+    return Candidate.of(ctx.graph, members, plan, launch=launch, code_path=CodePath(plan.code_path),
                         global_bytes=plan.traffic_bytes, unique_bytes=boundary_bytes(ctx.graph, members),
                         provenance=provenance, key=ctx.kernel_key(members, plan))
 
@@ -252,8 +266,7 @@ def connect_graph(ctx: SelectionContext, cost) -> list[ConnectedGroup]:
         price[merged] = (plan, seconds)
         for m in merged:
             group_of[m] = merged
-        logger.debug("connected %s (%s): %.3g s, %.3g s saved", [ctx.graph.nodes[m].name for m in merged],
-                     edge_level(ctx, n).label, seconds, gain)
+        logger.debug("connected %s: %.3g s, %.3g s saved", [ctx.graph.nodes[m].name for m in merged], seconds, gain)
     groups = list(dict.fromkeys(group_of[n] for n in calls))
     return [ConnectedGroup(g, *priced(g)) for g in groups]
 

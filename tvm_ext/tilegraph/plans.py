@@ -42,12 +42,15 @@ class TilePlan:
     shared_bytes: int = 0
     traffic_bytes: int = 0
     levels: tuple[tuple[str, str], ...] = ()
+    #: ``"simt_contraction"`` when a block of the kernel is a contraction (one output per thread),
+    #: else ``"simt"`` (:class:`~tvm_ext.select.candidate.CodePath`).
+    code_path: str = "simt"
 
     def to_json(self) -> dict[str, Any]:
         """JSON form (inverse: :meth:`from_json`)."""
         return {"output_tile": list(self.output_tile), "threads": self.threads, "inline": list(self.inline),
                 "grid": self.grid, "shared_bytes": self.shared_bytes, "traffic_bytes": self.traffic_bytes,
-                "levels": [list(x) for x in self.levels]}
+                "levels": [list(x) for x in self.levels], "code_path": self.code_path}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> "TilePlan":
@@ -55,7 +58,8 @@ class TilePlan:
         return cls(output_tile=tuple(int(x) for x in data["output_tile"]), threads=int(data["threads"]),
                    inline=tuple(str(x) for x in data.get("inline", ())), grid=int(data.get("grid", 0)),
                    shared_bytes=int(data.get("shared_bytes", 0)), traffic_bytes=int(data.get("traffic_bytes", 0)),
-                   levels=tuple((str(t), str(lv)) for t, lv in data.get("levels", ())))
+                   levels=tuple((str(t), str(lv)) for t, lv in data.get("levels", ())),
+                   code_path=str(data.get("code_path", "simt")))
 
     def measured_config(self) -> dict[str, Any]:
         """What a measurement of this kernel is keyed by: the schedule's choices."""
