@@ -286,6 +286,7 @@ class OpGraph:
         self._consumers = tuple(tuple(sorted({c for t in n.outputs for c in self.tensors[t].consumers}))
                                 for n in self.nodes)
         self._position: dict[int, int] | None = None
+        self._order: tuple[int, ...] | None = None
 
     @classmethod
     def from_module(cls, mod: tvm.IRModule, func_name: str = "main",
@@ -337,7 +338,13 @@ class OpGraph:
         return list(self._consumers[index])
 
     def topological_order(self) -> list[int]:
-        """Node indices, producers before consumers (Kahn's algorithm, stable)."""
+        """Node indices, producers before consumers (Kahn's algorithm, stable; computed once, the
+        graph's structure does not change)."""
+        if self._order is None:
+            self._order = tuple(self._kahn())
+        return list(self._order)
+
+    def _kahn(self) -> list[int]:
         indegree = {n.index: len(self.producers(n.index)) for n in self.nodes}
         ready = deque(sorted(i for i, d in indegree.items() if d == 0))
         order: list[int] = []

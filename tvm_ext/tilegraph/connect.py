@@ -154,6 +154,8 @@ def plan_group(ctx: SelectionContext, members: tuple[int, ...]) -> TilePlan | st
                 refused = f"tile {cand.output_tile}: {problem}"
                 continue
             buildable.append((_recompute(work), rank, cand, work))
+            if buildable[-1][0] <= 1.0:      # nothing recomputes: no later tile can do better
+                break
         if buildable:           # the least recomputation first (Welder's ranking does not see it), then rank
             _, _, cand, work = min(buildable, key=lambda b: b[:2])
             root = work[-1]

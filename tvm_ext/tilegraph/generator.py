@@ -16,6 +16,7 @@ Example
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 import tvm
@@ -59,10 +60,12 @@ class TileGraphGenerator:
 
     def candidates(self, ctx: SelectionContext) -> list[Candidate]:
         """One candidate per connected group of two or more nodes."""
+        start = time.perf_counter()
         groups = connect_graph(ctx, self.cost or MeasuredCostModel())
         out = [tile_candidate(ctx, g.nodes, g.plan, f"tile graph: {len(g.nodes)} nodes connected")
                for g in groups if len(g.nodes) > 1 and g.plan is not None]
-        ctx.notes.append(f"tilegraph: {len(out)} connected groups of {sum(len(c.nodes) for c in out)} nodes")
+        ctx.notes.append(f"tilegraph: {len(out)} connected groups of {sum(len(c.nodes) for c in out)} nodes, "
+                         f"connected in {time.perf_counter() - start:.1f} s")
         return out
 
     def schedule(self, func: tirx.PrimFunc, plan: TilePlan, device: DeviceSpec) -> ScheduledKernel:
