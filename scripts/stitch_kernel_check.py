@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
-"""Check every stitched (or merged subprogram) kernel of some models: nvcc compiles it, and it
+"""Check every stitched (or merged subprogram, or tile-graph) kernel of some models: nvcc compiles it, and it
 computes what the unscheduled function computes when its threads run one after another on the
 CPU (no GPU needed).
 
 For each model the preset's graph and schedule stages run for each target (``--preset stitch``,
-the default, or ``subprogram``: the kernels its generator planned are checked); the planned
+the default, ``subprogram`` or ``tilegraph``: the kernels its generator planned are checked); the planned
 kernels are code-generated together and the CUDA is compiled with nvcc for the target's arch;
 every device kernel with a grid barrier must be marked for cooperative launch; each is also run
 thread-serialized on the CPU against its unscheduled form (a merged kernel stage by stage:
@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, default=None, help="append one JSON line per model and target")
     parser.add_argument("--no-cpu", action="store_true", help="skip the thread-serialized CPU comparison")
     parser.add_argument("--fp16", action="store_true", help="import the models in fp16")
-    parser.add_argument("--preset", choices=["stitch", "subprogram"], default="stitch",
+    parser.add_argument("--preset", choices=["stitch", "subprogram", "tilegraph"], default="stitch",
                         help="whose planned kernels to check (default: stitch)")
     parser.add_argument("--every-candidate", action="store_true",
                         help="build every candidate the preset's generator proposes, not only those the "

@@ -74,7 +74,7 @@ def test_graph_picture_clusters_operators_by_kernel(full):
     names = {g.find(f"{SVG}title").text for g in kernels}
     assert names == {g.func for g in full.groups}
     captions = [t.text for g in kernels for t in g.findall(f"{SVG}text")[1:2]]
-    assert all(c.split(",")[0] in {"cutlass", "stitch", "dlight", "fuseops", "orchestrate"} and c.endswith("s")
+    assert all(c.split(",")[0] in {"cutlass", "stitch", "dlight", "fuseops", "orchestrate", "subprogram", "tilegraph"} and c.endswith("s")
                for c in captions)
 
 

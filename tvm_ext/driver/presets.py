@@ -165,9 +165,11 @@ def register_builtin_presets() -> None:
     register_preset(Preset("cutlass", "Bolt: GEMM/conv offload to CUTLASS with epilogue fusion, then baseline",
                            generators=("cutlass",), rest="fuseops", techniques=("cutlass",)))
     register_preset(Preset("full", "every technique's candidates, one BLP selection by the cost model, CUDA graphs",
-                           generators=("cutlass", "stitch", "dlight", "fuseops", "orchestrate_small", "subprogram"),
+                           generators=("cutlass", "stitch", "dlight", "fuseops", "orchestrate_small", "subprogram",
+                                       "tilegraph"),
                            selector="blp",
-                           tir_pipeline="tvm_ext", techniques=("cutlass", "stitch", "orchestrate", "subprogram"),
+                           tir_pipeline="tvm_ext",
+                           techniques=("cutlass", "stitch", "orchestrate", "subprogram", "tilegraph"),
                            cuda_graph=True, recompute=True, horizontal=True))
     register_preset(Preset("orchestrate", "Korch: operator fission, convex candidate kernels from execution "
                                           "states, BLP selection with recomputation",
