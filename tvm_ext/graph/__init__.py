@@ -1,8 +1,10 @@
 """Read-only operator graph over legalized Relax, with operator classes."""
-from .classify import OpClass, PATTERN_NAMES, classify, func_flops, has_contraction, is_contraction, sblocks
+from .classify import (OpClass, PATTERN_NAMES, classify, func_flops, has_contraction, is_contraction, is_reduction,
+                       sblocks)
 from .components import components
 from .gather import gathered_reads
 from .opgraph import DEFAULT_INTENSITY_THRESHOLD, OpGraph, OpNode, TensorInfo, TensorKind, element_bytes
 
-__all__ = ["OpClass", "PATTERN_NAMES", "classify", "func_flops", "has_contraction", "is_contraction", "sblocks",
+__all__ = ["OpClass", "PATTERN_NAMES", "classify", "func_flops", "has_contraction", "is_contraction", "is_reduction",
+           "sblocks",
            "components", "gathered_reads", "DEFAULT_INTENSITY_THRESHOLD", "OpGraph", "OpNode", "TensorInfo", "TensorKind", "element_bytes"]

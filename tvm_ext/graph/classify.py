@@ -122,6 +122,11 @@ def _reduce_vars(block: SBlock) -> set:
     return {iv.var for iv in block.iter_vars if iv.iter_type == tirx.IterVar.CommReduce}
 
 
+def is_reduction(block: SBlock) -> bool:
+    """Whether ``block`` has a reduction iterator (a contraction, a row sum or max, ...)."""
+    return bool(_reduce_vars(block))
+
+
 def _moving_load(expr, reduce_vars: set, accumulator) -> tvm.ir.TensorLoad | None:
     """The first load in ``expr`` (not of ``accumulator``) indexed by a reduction iterator, or None."""
     loads: list = []

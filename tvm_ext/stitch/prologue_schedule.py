@@ -32,7 +32,7 @@ from tvm import tirx
 
 from ..analysis import element_bytes
 from ..errors import TVM_ERRORS
-from ..graph import sblocks
+from ..graph import is_reduction, sblocks
 from ..hardware import DeviceSpec
 from ..graph import is_contraction
 from .prologue import MAX_COLUMNS, SHARED_BUDGET
@@ -79,9 +79,6 @@ class _Anatomy:
     extents: tuple[int, ...]
     dtype: str
 
-
-def _is_reduction(block) -> bool:
-    return any(iv.iter_type == tirx.IterVar.CommReduce for iv in block.iter_vars)
 
 
 def _anatomy(func: tirx.PrimFunc) -> _Anatomy:
@@ -189,7 +186,7 @@ def build_prologue_schedule(func: tirx.PrimFunc, tiles: PrologueTiles) -> tirx.P
         kept = []
         for name in a.prologue:
             block = sch.get_sblock(name)
-            if name == a.operand_block or _is_reduction(sch.get(block)):
+            if name == a.operand_block or is_reduction(sch.get(block)):
                 kept.append(name)
                 continue
             sch.compute_inline(block)
@@ -221,7 +218,7 @@ def build_prologue_schedule(func: tirx.PrimFunc, tiles: PrologueTiles) -> tirx.P
         row_outer = _bind_rows_and_lanes(sch, _loops_below(sch, operand, bx), tiles)
         for name in reversed([n for n in kept if n != a.operand_block]):
             block = sch.get_sblock(name)
-            sch.set_scope(block, 0, "local" if _is_reduction(sch.get(block)) else "shared")
+            sch.set_scope(block, 0, "local" if is_reduction(sch.get(block)) else "shared")
             sch.compute_at(block, row_outer)
             _bind_rows_and_lanes(sch, _loops_below(sch, block, row_outer), tiles)
     except TVM_ERRORS as err:

@@ -34,9 +34,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from tvm import tirx
-
-from ..graph import is_contraction, sblocks
+from ..graph import has_contraction, is_reduction, sblocks
 from ..select.candidate import Candidate, CodePath, LaunchShape, boundary_bytes
 from ..select.context import SelectionContext
 from ..select.emit import EmitError
@@ -70,14 +68,11 @@ class ConnectedGroup:
     seconds: float
 
 
-def _is_reduction(block) -> bool:
-    return any(iv.iter_type == tirx.IterVar.CommReduce for iv in block.iter_vars)
-
 
 def injective(ctx: SelectionContext, node: int) -> bool:
     """Whether ``node`` computes every output element from its inputs alone (no reduction block)."""
     func = ctx.graph.nodes[node].func
-    return func is not None and not any(_is_reduction(b) for b, _ in sblocks(func))
+    return func is not None and not any(is_reduction(b) for b, _ in sblocks(func))
 
 
 def edge_level(ctx: SelectionContext, producer: int, consumer: int) -> ConnectLevel:
@@ -92,7 +87,7 @@ def edge_level(ctx: SelectionContext, producer: int, consumer: int) -> ConnectLe
     if not injective(ctx, producer):
         return ConnectLevel.SHARED
     target = graph.nodes[consumer].func
-    into_contraction = target is not None and any(is_contraction(b) for b, _ in sblocks(target))
+    into_contraction = target is not None and has_contraction(target)
     return ConnectLevel.SHARED if into_contraction and graph.nodes[producer].flops > 0 else ConnectLevel.REGISTER
 
 
@@ -111,7 +106,7 @@ def _inline_blocks(ctx: SelectionContext, members: tuple[int, ...]) -> tuple[str
         keeps_output = any(t in escaping for t in node.outputs)
         for k, (block, name) in enumerate(zip(own, mine)):
             last = k == len(own) - 1
-            if _is_reduction(block) or (last and keeps_output):
+            if is_reduction(block) or (last and keeps_output):
                 continue
             if last and any(edge_level(ctx, n, c) != ConnectLevel.REGISTER
                             for c in ctx.graph.consumers(n) if c in members):
@@ -163,8 +158,7 @@ def plan_group(ctx: SelectionContext, members: tuple[int, ...]) -> TilePlan | st
                             grid=root.total // root.outputs, shared_bytes=sum(w.shared_bytes for w in work),
                             traffic_bytes=cand.global_bytes,
                             levels=tuple((e.tensor, tg.connect_level(e).label) for e in tg.edges),
-                            code_path="simt_contraction" if any(is_contraction(b) for b, _ in sblocks(func))
-                            else "simt")
+                            code_path="simt_contraction" if has_contraction(func) else "simt")
         return refused
 
     return ctx.memo(("tilegraph", ctx.signature(members)), plan)

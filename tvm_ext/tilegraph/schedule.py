@@ -37,7 +37,7 @@ from tvm import tirx
 from tvm.s_tir import SBlockRealize
 
 from ..errors import TVM_ERRORS, TvmExtError
-from ..graph import is_contraction, sblocks
+from ..graph import is_contraction, is_reduction, sblocks
 from .plans import TilePlan
 
 #: Lanes of one warp: the ``threadIdx.x`` extent of every block (a row reduction's lanes).
@@ -78,9 +78,6 @@ class BlockWork:
         """Shared memory of its per-tile buffer (none for the output block, which stores to global)."""
         return 0 if self.output_block else self.outputs * self.itemsize
 
-
-def _is_reduction(block) -> bool:
-    return any(iv.iter_type == _RED for iv in block.iter_vars)
 
 
 def _anatomy(func: tirx.PrimFunc, inline: tuple[str, ...]) -> list[str]:
@@ -201,7 +198,7 @@ def tile_work(func: tirx.PrimFunc, output_tile: tuple[int, ...], inline: tuple[s
         for name in names:
             block = sch.get_sblock(name)
             spatial, _ = _spatial_and_reduce(sch, block, _below(sch, block, bx))
-            red = _is_reduction(sch.get(block)) and not is_contraction(sch.get(block))
+            red = is_reduction(sch.get(block)) and not is_contraction(sch.get(block))
             out.append(BlockWork(name, math.prod(_extent(sch, lp) for lp in spatial), red, *totals[name],
                                  output_block=name == names[-1]))
     except TVM_ERRORS as err:

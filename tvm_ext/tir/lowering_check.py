@@ -20,21 +20,18 @@ from ..errors import TVM_ERRORS
 from .launch_params import PIPELINE_NAME
 
 
-_KERNEL_START = re.compile(r'extern "C" __global__ void[^;{]*\{')
 _SHARED = re.compile(r"__shared__\s+(?:alignas\(\d+\)\s+)?(\w+)\s+\w+\[(\d+)\];")
 _BYTES = {"half": 2, "__half": 2, "nv_bfloat16": 2, "__nv_bfloat16": 2, "float": 4, "int": 4, "uint": 4,
           "double": 8, "int64_t": 8, "uint64_t": 8, "char": 1, "uchar": 1, "int8_t": 1, "uint8_t": 1,
-          "short": 2, "ushort": 2, "bool": 1, "signed char": 1}
+          "short": 2, "ushort": 2, "bool": 1}
 
 
 def static_shared_bytes(cuda_source: str) -> list[int]:
     """Bytes of static ``__shared__`` arrays of each kernel defined in ``cuda_source``."""
-    starts = [m.end() for m in _KERNEL_START.finditer(cuda_source)]
-    out = []
-    for k, begin in enumerate(starts):
-        body = cuda_source[begin:starts[k + 1] if k + 1 < len(starts) else len(cuda_source)]
-        out.append(sum(_BYTES.get(t, 4) * int(n) for t, n in _SHARED.findall(body)))
-    return out
+    from ..inspect.kernels import global_kernel_names, kernel_source  # noqa: PLC0415 (inspect imports the driver)
+
+    return [sum(_BYTES.get(t, 4) * int(n) for t, n in _SHARED.findall(kernel_source(cuda_source, name)))
+            for name in global_kernel_names(cuda_source)]
 
 
 def lowering_problem(func: tirx.PrimFunc, name: str, target: tvm.target.Target) -> str | None:
