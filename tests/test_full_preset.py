@@ -36,7 +36,8 @@ def test_full_uses_every_technique_and_is_never_worse(comparison, full):
     assert rows["full"]["launches"] <= rows["baseline"]["launches"]
     selection = full.selection["main"]
     # the solver's notes (not orchestrate's enumeration counts or the graph-rewrite choices of CheaperOf)
-    solver = [n for n in selection["notes"] if not n.startswith(("orchestrate:", "horizontal ", "fission "))]
+    solver = [n for n in selection["notes"]
+              if not n.startswith(("orchestrate:", "horizontal ", "fission ", "tilegraph:"))]
     assert any(n.startswith("horizontal kept") for n in selection["notes"])   # Q/K/V: one GEMM, priced lower
     assert solver and all("solved to optimality" in n and "time limit" not in n for n in solver)
     assert selection["objective_s"] > 0 and sum(selection["chosen"].values()) == len(full.groups)

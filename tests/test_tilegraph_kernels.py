@@ -307,3 +307,21 @@ def test_lowering_check_names_static_shared_memory_over_the_limit():
     assert lowering_problem(build_tile_schedule(func, TilePlan((8, 64), 256, ("T_softmax_exp",))), "k", target) is None
     whole = build_tile_schedule(_whole(attention(heads=1, seq=256, dim=64)), TilePlan((1, 1, 256, 64), 1024))
     assert "static shared memory exceed" in lowering_problem(whole, "k", target)
+
+
+def test_empty_tensors_are_refused_by_name_not_by_a_crash():
+    """ONNX node tests slice to zero rows: no tile exists, the group is not planned, nothing crashes."""
+    from tvm_ext.analysis import Buffer, plan_best_fit
+
+    report = plan_best_fit([Buffer("empty", 0, 0, 1), Buffer("also_empty", 0, 0, 1), Buffer("x", 8, 1, 2)])
+    assert report.peak_bytes == 8
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((1, 0, 4), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            out = bb.emit_output(relax.op.exp(relax.op.multiply(x, relax.const(2.0, "float32"))))
+        bb.emit_func_output(out)
+    ctx = _context(bb.get())
+    reason = plan_group(ctx, tuple(ctx.call_nodes()))
+    assert isinstance(reason, str) and "zero-size" in reason
+    assert connect_graph(ctx, AnalyticCostModel())    # every node stays its own kernel

@@ -145,10 +145,10 @@ def plan_best_fit(buffers: Sequence[Buffer], alignment: int = 1) -> FootprintRep
     offsets: dict[int, int] = {}
     for step in steps:
         for i, b in enumerate(buffers):
-            if b.first == step:
-                offsets[i] = alloc.malloc(b.size)
+            if b.first == step:        # an empty buffer (a zero-size tensor) takes no memory
+                offsets[i] = alloc.malloc(b.size) if b.size else 0
         for i, b in enumerate(buffers):
-            if b.last == step:
+            if b.last == step and b.size:
                 alloc.free(offsets[i])
     placements = tuple(Placement(b.name, offsets[i], alloc._round(b.size), b.first, b.last)
                        for i, b in enumerate(buffers))

@@ -28,7 +28,7 @@ if TYPE_CHECKING:  # pragma: no cover - typing only
 
 #: Fill colour of each generator's kernels.
 COLOURS = {"stitch": "#4e79a7", "cutlass": "#e15759", "dlight": "#59a14f", "fuseops": "#76b7b2",
-           "library": "#f28e2b", "orchestrate": "#b07aa1"}
+           "library": "#f28e2b", "orchestrate": "#b07aa1", "subprogram": "#ff9da7", "tilegraph": "#edc948"}
 _OTHER = "#bab0ac"
 
 

@@ -34,6 +34,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
+from ..errors import AnalysisError
 from ..graph import has_contraction, is_reduction, sblocks
 from ..select.candidate import Candidate, CodePath, LaunchShape, boundary_bytes
 from ..select.context import SelectionContext
@@ -41,7 +42,7 @@ from ..select.emit import EmitError
 from .enumerate import enumerate_tiles
 from .plans import TilePlan
 from .schedule import TileScheduleError, gcd_threads, tile_work
-from .tile_graph import ConnectLevel, TileGraph, TileGraphError
+from .tile_graph import ConnectLevel, TileGraph
 
 logger = logging.getLogger(__name__)
 
@@ -121,6 +122,9 @@ def plan_group(ctx: SelectionContext, members: tuple[int, ...]) -> TilePlan | st
 
     def plan() -> TilePlan | str:
         graph = ctx.graph
+        empty = sorted(t for n in members for t in graph.nodes[n].outputs if 0 in graph.tensors[t].shape)
+        if empty:
+            return f"zero-size tensors {empty} have no tile"
         if len(graph.boundary(members)[1]) != 1:
             return "a tile kernel stores one output; this group has " + str(len(graph.boundary(members)[1]))
         try:
@@ -134,7 +138,7 @@ def plan_group(ctx: SelectionContext, members: tuple[int, ...]) -> TilePlan | st
             # hold and the builder's own buffers are checked against the static limit below
             ranked = enumerate_tiles(tg, ctx.device, max_visits=MAX_VISITS,
                                      shared_capacity=ctx.device.max_shared_memory_per_block_optin)
-        except (TileGraphError, EmitError) as err:
+        except (AnalysisError, EmitError) as err:      # TileGraphError is an AnalysisError
             return str(err)
         refused = "no output tile fits shared memory"
         buildable = []
