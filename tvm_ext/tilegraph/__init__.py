@@ -1,8 +1,14 @@
-"""Welder-style tile graphs: connect levels, tile propagation, traffic/footprint, tile enumeration.
+"""Welder (OSDI'23): tile graphs, graph connecting, tile kernels, and the ``tilegraph`` generator.
 
-Analysis only (no kernels, no schedules): :class:`TileGraph` models a convex sub-graph of an
-:class:`~tvm_ext.graph.OpGraph` as Welder's tile graph (OSDI'23 §3.1) and
-:func:`enumerate_tiles` ranks its output tiles Roller-style (§3.2, §4.1).
+* analysis: :class:`TileGraph` models a convex sub-graph of an :class:`~tvm_ext.graph.OpGraph` as
+  Welder's tile graph (§3.1: connect levels, propagation, traffic, footprint per level) and
+  :func:`enumerate_tiles` ranks its output tiles Roller-style (§3.2, §4.1);
+* planning: :func:`connect_graph` connects edges where the cost model prices one kernel lower
+  (Fig. 7) and :func:`plan_group` gives each group its :class:`TilePlan`;
+* kernels: :func:`build_tile_schedule` realizes a plan (register connection inlined, shared
+  connection computed per tile in shared memory; SIMT arithmetic, no tensor-core stages yet);
+* :class:`TileGraphGenerator` offers the connected groups to the selector (presets ``tilegraph``
+  and ``full``).
 
 Example
 -------
