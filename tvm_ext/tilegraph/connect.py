@@ -7,20 +7,22 @@ finds fastest, edge by edge in topological order; see :func:`connect_graph` for 
 differs):
 
 * an edge out of an injective node (elementwise, broadcast, layout) is a **register** connection:
-  the producer is inlined into the kernel that reads it;
-* an edge out of a reduction or contraction is a **shared** connection: the producer's tile is
-  computed per block into shared memory.
+  the producer is inlined into the kernel that reads it, unless it computes and feeds a GEMM
+  (:func:`edge_level`);
+* any other edge is a **shared** connection: the producer's tile is computed per block into
+  shared memory.
 
 Connecting the edge merges the two kernels (groups) it joins. A merged group must stay convex,
 have one escaping output (the schedule builder's kernels store one tensor), fuse into one PrimFunc
 and get a tile: :func:`plan_group` ranks its output tiles with
-:func:`~tvm_ext.tilegraph.enumerate_tiles` (Welder's top-k by traffic and waves) and keeps the first
-one the builder can realize, with its thread count by the gcd rule. A group alone is priced as
+:func:`~tvm_ext.tilegraph.enumerate_tiles` (Welder's top-k by traffic and waves) and keeps, of those
+the builder can realize, the one recomputing least (then the best ranked), with its thread count
+by the gcd rule; a group holding a zero-size tensor is not planned. A group alone is priced as
 the cheaper of its tile kernel and, for a single node, dlight's kernel of it (what the selector
 would take instead).
 
 Identical sub-graphs are planned once: plans are memoized by the group's structural signature
-and connect levels (``SelectionContext.memo``), so BERT's layers 2-12 reuse layer 1's plans
+(``SelectionContext.memo``; the connect levels follow from it), so BERT's layers 2-12 reuse layer 1's plans
 (Welder's sub-graph signature cache).
 
 Example
