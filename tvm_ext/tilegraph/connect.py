@@ -124,7 +124,8 @@ def plan_group(ctx: SelectionContext, members: tuple[int, ...]) -> TilePlan | st
 
     def plan() -> TilePlan | str:
         graph = ctx.graph
-        empty = sorted(t for n in members for t in graph.nodes[n].outputs if 0 in graph.tensors[t].shape)
+        empty = sorted({t for n in members for t in (*graph.nodes[n].inputs, *graph.nodes[n].outputs)
+                        if t in graph.tensors and 0 in graph.tensors[t].shape})
         if empty:
             return f"zero-size tensors {empty} have no tile"
         if len(graph.boundary(members)[1]) != 1:
