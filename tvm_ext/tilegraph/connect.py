@@ -71,7 +71,6 @@ class ConnectedGroup:
     seconds: float
 
 
-
 def injective(ctx: SelectionContext, node: int) -> bool:
     """Whether ``node`` computes every output element from its inputs alone (no reduction block)."""
     func = ctx.graph.nodes[node].func
@@ -262,10 +261,10 @@ def connect_graph(ctx: SelectionContext, cost) -> list[ConnectedGroup]:
             plan, seconds = trial(merged)
             gain = priced(a)[1] + priced(b)[1] - seconds
             if plan is not None and gain > 0 and (best is None or gain > best[0]):
-                best = (gain, n, merged, plan, seconds)
+                best = (gain, merged, plan, seconds)
         if best is None:
             break
-        gain, n, merged, plan, seconds = best
+        gain, merged, plan, seconds = best
         price[merged] = (plan, seconds)
         for m in merged:
             group_of[m] = merged

@@ -37,7 +37,7 @@ from tvm import tirx
 from tvm.s_tir import SBlockRealize
 
 from ..errors import TVM_ERRORS, TvmExtError
-from ..graph import is_contraction, is_reduction, sblocks
+from ..graph import element_bytes, is_contraction, is_reduction, sblocks
 from .plans import TilePlan
 
 #: Lanes of one warp: the ``threadIdx.x`` extent of every block (a row reduction's lanes).
@@ -178,8 +178,7 @@ def _totals(func: tirx.PrimFunc) -> dict[str, tuple[int, int]]:
                 if not isinstance(iv.dom.extent, tirx.IntImm):
                     raise TileScheduleError("dynamic extents")
                 volume *= int(iv.dom.extent.value)
-        itemsize = tvm.DataType(str(block.writes[0].source.dtype)).bits // 8 if block.writes else 4
-        out[block.name_hint] = (volume, max(itemsize, 1))
+        out[block.name_hint] = (volume, element_bytes(str(block.writes[0].source.dtype)) if block.writes else 4)
     return out
 
 
