@@ -34,7 +34,8 @@ def test_constants_are_the_h100_file():
     c = H100.cost
     assert (c.launch_overhead_s, c.launch_overhead_graph_s, c.grid_sync_s, c.dram_latency_s) == (3e-6, 1e-6, 2e-6, 6e-7)
     assert (c.bytes_in_flight_per_thread, c.dram_efficiency) == (32, 0.9)
-    assert dict(c.efficiency) == {"simt": 0.6, "simt_contraction": 0.03, "mma_sync": 0.45, "wgmma": 0.7}
+    assert dict(c.efficiency) == {"simt": 0.6, "simt_contraction": 0.03, "wmma_tile": 0.008, "mma_sync": 0.45,
+                                  "wgmma": 0.7}
     assert H100.sm_count == 132 and H100.l2_cache_bytes == 50 * 2 ** 20
     # every constant has a source; the ones without a document say why they are assumed
     for name in ("launch_overhead_s", "launch_overhead_graph_s", "grid_sync_s", "dram_latency_s",
@@ -44,6 +45,7 @@ def test_constants_are_the_h100_file():
         assert source.startswith("assumed: ") and len(source) > 40
     # the thread-per-output contraction rate was measured on a GPU (bench/results/)
     assert H100.sources["cost_model.efficiency.simt_contraction"].startswith("measured: NVIDIA H200")
+    assert H100.sources["cost_model.efficiency.wmma_tile"].startswith("measured: NVIDIA H200")
 
 
 def test_large_copy_is_dram_bound():

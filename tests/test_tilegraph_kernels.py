@@ -205,33 +205,23 @@ def test_plan_round_trips_through_json():
     assert plan.summary() == "tilegraph: tile 1x1x16x64, grid 96 x 512 threads, 12.5 KiB shared, 2 inlined"
 
 
-class _TensorCoreContractions:
-    """The analytic model with thread-per-output contractions priced like other SIMT work: what a
-    tile kernel with tensor-core GEMM stages would cost (the builder does not make those yet)."""
-
-    def __init__(self):
-        self.model = AnalyticCostModel()
-
-    def cost(self, kernel, device):
-        if kernel.code_path == CodePath.SIMT_CONTRACTION:
-            kernel = dataclasses.replace(kernel, code_path=CodePath.SIMT)
-        return self.model.cost(kernel, device)
-
-
 def test_graph_connecting_follows_the_cost_model():
-    ctx = _context(attention(heads=12, seq=128, dim=64, dtype="float16"))
+    # float32: thread-per-output GEMMs (simt_contraction, measured) lose to dlight's kernels, so
+    # only the scale, mask and softmax chain is connected
+    ctx = _context(attention(heads=12, seq=128, dim=64, dtype="float32"))
     names = {n: ctx.graph.nodes[n].func_name for n in ctx.call_nodes()}
-    # measured thread-per-output GEMMs (simt_contraction) lose to dlight's kernels: only the
-    # scale, mask and softmax chain is connected
     groups = [g for g in connect_graph(ctx, AnalyticCostModel()) if len(g.nodes) > 1]
     assert [sorted(names[n] for n in g.nodes) for g in groups] == [["add", "multiply", "softmax"]]
     assert groups[0].plan.code_path == "simt"
-    # priced as tensor-core stages would be, the whole attention core is one kernel
+    # float16: both GEMMs run on tensor cores, and the whole attention core is one kernel (reached
+    # by merging the QK^T group with all its neighbours at once: pair by pair, no step saves)
     ctx = _context(attention(heads=12, seq=128, dim=64, dtype="float16"))
-    groups = connect_graph(ctx, _TensorCoreContractions())
+    groups = connect_graph(ctx, AnalyticCostModel())
     assert len(groups) == 1 and groups[0].nodes == tuple(ctx.call_nodes())
     plan = groups[0].plan
-    assert set(dict(plan.levels).values()) == {"register", "shared"} and plan.code_path == "simt_contraction"
+    assert set(dict(plan.levels).values()) == {"register", "shared"}
+    assert plan.code_path == "wmma_tile" and plan.tensor_core == ("matmul", "matmul1")
+    assert plan.output_tile == (1, 1, 16, 64) and plan.threads == 128
     # the same sub-graph planned again comes from the signature cache
     assert plan_group(ctx, groups[0].nodes) is plan
 
@@ -251,8 +241,9 @@ def test_an_injective_producer_that_computes_is_not_inlined_into_a_gemm():
     assert edge_level(ctx, gelu, gemm) == ConnectLevel.SHARED
     plan = plan_group(ctx, (gelu, gemm))
     assert isinstance(plan, TilePlan) and dict(plan.levels) and set(dict(plan.levels).values()) == {"shared"}
+    assert plan.tensor_core == ("matmul",)        # reading the GELU from shared memory, on tensor cores
     func = ctx.fused_function((gelu, gemm))
-    assert compare_scheduled(func, build_tile_schedule(func, plan)).ok
+    assert compare_scheduled(func, build_tile_schedule(func, plan, tensorize=False)).ok
 
 
 def test_tilegraph_preset_connects_memory_intensive_chains():

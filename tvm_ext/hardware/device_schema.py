@@ -62,7 +62,7 @@ COST_FLOAT_FIELDS: tuple[str, ...] = ("launch_overhead_s", "launch_overhead_grap
                                       "dram_efficiency")
 COST_INT_FIELDS: tuple[str, ...] = ("bytes_in_flight_per_thread",)
 #: Code paths every device prices; ``wgmma`` only exists on devices that have it.
-CODE_PATHS_REQUIRED: tuple[str, ...] = ("simt", "simt_contraction", "mma_sync")
+CODE_PATHS_REQUIRED: tuple[str, ...] = ("simt", "simt_contraction", "wmma_tile", "mma_sync")
 CODE_PATHS_OPTIONAL: tuple[str, ...] = ("wgmma",)
 
 #: Memory levels every device describes, fastest first, with their TVM storage scope.

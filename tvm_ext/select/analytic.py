@@ -9,8 +9,9 @@ For a kernel (a :class:`~tvm_ext.select.candidate.Candidate`, or any object with
     compute = flops / (peak(path, dtype) x efficiency(path)) x wave quantization
     memory  = max(DRAM bytes / achievable DRAM bandwidth, global bytes / L2 bandwidth)
 
-* **peak(path, dtype)**: the tensor-core peak of the dtype for ``mma_sync`` / ``wgmma``
-  (TF32 for float32 where the device has it), the CUDA-core peak (``simt_peak_flops``) for SIMT
+* **peak(path, dtype)**: the tensor-core peak of the dtype for ``mma_sync`` / ``wgmma`` and
+  tile kernels' WMMA stages (``wmma_tile``, at a measured, much lower efficiency) (TF32 for
+  float32 where the device has it), the CUDA-core peak (``simt_peak_flops``) for SIMT
   and thread-per-output contractions (``simt_contraction``, at a measured, much lower efficiency);
 * **wave quantization** (compute): blocks run in waves over the SMs; an SM that holds
   ``ceil(grid / SMs)`` blocks while others hold fewer sets the time, so the ideal time is scaled

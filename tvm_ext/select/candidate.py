@@ -31,6 +31,9 @@ class CodePath(str, enum.Enum):
     #: CUDA cores running a contraction one output per thread, operands read from global memory
     #: (through L1) at every step, no register tiling: stitch's GEMM prologues, tile-graph kernels.
     SIMT_CONTRACTION = "simt_contraction"
+    #: Tensor-core WMMA fragments, one 16x16 output fragment per warp at a time, operands staged
+    #: whole per tile in shared memory, no pipelining: the GEMM stages of tile-graph kernels.
+    WMMA_TILE = "wmma_tile"
     #: Warp-level tensor-core MMA (``mma.sync`` / WMMA): CUTLASS 2.x, dlight's tensorized matmul.
     MMA_SYNC = "mma_sync"
     #: Hopper warp-group MMA fed by TMA: CUTLASS 3.x.

@@ -129,11 +129,12 @@ def launch_regions(func: tirx.PrimFunc) -> list:
 def compacted(func: tirx.PrimFunc) -> tirx.PrimFunc:
     """``func`` with every buffer allocated where it is used and shrunk to the region it is used in
     (the lowering's compaction): a schedule's shared tiles are declared at full size until then.
-    ``func`` itself when the passes refuse it."""
+    ``func`` itself when the passes refuse it. Reduction inits are lowered first, as the lowering
+    does (``ConvertBlocksToOpaque`` refuses a block with an init)."""
     import tvm.s_tir.transform as st
 
-    seq = tvm.transform.Sequential([st.PlanAndUpdateBufferAllocationLocation(), st.ConvertBlocksToOpaque(),
-                                    st.CompactBufferAllocation()])
+    seq = tvm.transform.Sequential([st.LowerInitBlock(), st.PlanAndUpdateBufferAllocationLocation(),
+                                    st.ConvertBlocksToOpaque(), st.CompactBufferAllocation()])
     try:
         return seq(tvm.IRModule({"main": func}))["main"]
     except TVM_ERRORS:

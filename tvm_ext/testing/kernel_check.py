@@ -7,7 +7,9 @@ nvcc for the target's arch; each is also run with its threads serialized against
 form (:mod:`tvm_ext.testing.thread_serial`). A generator whose kernels have stages (merged
 subprogram kernels) names their functions with ``stage_functions(func, plan)``: each stage is
 then recomputed from the kernel's own intermediates
-(:func:`~tvm_ext.testing.thread_serial.compare_stages`). A planned kernel that fell back to
+(:func:`~tvm_ext.testing.thread_serial.compare_stages`). A generator whose kernels use
+intrinsics the CPU cannot run (tensor-core stages) gives their CPU form with
+``cpu_schedule(func, plan)``, which is checked instead. A planned kernel that fell back to
 dlight, or a device kernel with a grid barrier that is not marked for cooperative launch, is a
 failure of the check. ``scripts/stitch_kernel_check.py`` runs it over the seed suite and the
 shape variants (:data:`tvm_ext.models.VARIANTS`); a test runs it over the variants.
@@ -126,6 +128,7 @@ def check_planned_kernels(mod: tvm.IRModule, target: tvm.target.Target, *, prese
     if cpu:
         checks = {}
         stage_functions = getattr(get_generator(generator), "stage_functions", None)
+        cpu_schedule = getattr(get_generator(generator), "cpu_schedule", None)
         for name in built:
             try:
                 plan = plan_of(fused[name])
@@ -134,7 +137,8 @@ def check_planned_kernels(mod: tvm.IRModule, target: tvm.target.Target, *, prese
                     parts = stage_functions(fused[name], plan)
                     checks[name] = compare_stages(fused[name], scheduled[name], parts, inputs=inputs)
                 else:
-                    checks[name] = compare_scheduled(fused[name], scheduled[name], inputs=inputs)
+                    kernel = scheduled[name] if cpu_schedule is None or plan is None else cpu_schedule(fused[name], plan)
+                    checks[name] = compare_scheduled(fused[name], kernel, inputs=inputs)
             except TVM_ERRORS as err:   # e.g. tensor-core (WMMA) stages, which the CPU cannot run
                 out.cpu_unchecked[name] = (str(err).strip().splitlines() or [""])[-1][:200]
         out.cpu_mismatch = sorted(name for name, c in checks.items() if not c.ok)

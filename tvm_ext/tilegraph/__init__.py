@@ -6,7 +6,8 @@
 * planning: :func:`connect_graph` connects edges where the cost model prices one kernel lower
   (Fig. 7) and :func:`plan_group` gives each group its :class:`TilePlan`;
 * kernels: :func:`build_tile_schedule` realizes a plan (register connection inlined, shared
-  connection computed per tile in shared memory; SIMT arithmetic, no tensor-core stages yet);
+  connection computed per tile in shared memory; float16 GEMM stages on tensor cores with WMMA
+  fragments, :mod:`~tvm_ext.tilegraph.tensor_core`; other arithmetic SIMT);
 * :class:`TileGraphGenerator` offers the connected groups to the selector (presets ``tilegraph``
   and ``full``).
 
@@ -21,6 +22,7 @@ from .enumerate import (ASSUMED_REGISTERS_PER_THREAD, ASSUMED_THREADS_PER_BLOCK,
                         uncoalesced_extra)
 from .reduction import TENSOR_CORE_DTYPES, MatmulLike, matmul_like, matmul_nodes, rstep_regions
 from .plans import TilePlan
+from .tensor_core import WmmaFit, wmma_fit
 from .schedule import TileScheduleError, build_tile_schedule, gcd_threads, tile_work
 from .connect import ConnectedGroup, connect_graph, plan_group, tile_candidate
 from .generator import TileGraphGenerator
@@ -33,6 +35,6 @@ __all__ = [
     "TENSOR_CORE_DTYPES", "MatmulLike", "matmul_like", "matmul_nodes", "rstep_regions",
     "TENSOR_CORE_ALIGNMENT_BYTES", "ConnectLevel", "Edge", "KernelTile", "NonConvexError", "TileConfig",
     "TileGraph", "TileGraphError", "UnknownEdgeError", "TilePlan", "TileScheduleError", "build_tile_schedule",
-    "gcd_threads", "tile_work", "ConnectedGroup", "connect_graph", "plan_group", "tile_candidate",
+    "gcd_threads", "tile_work", "WmmaFit", "wmma_fit", "ConnectedGroup", "connect_graph", "plan_group", "tile_candidate",
     "TileGraphGenerator",
 ]

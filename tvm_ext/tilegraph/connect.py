@@ -33,6 +33,7 @@ Example
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 from dataclasses import dataclass
 
@@ -43,7 +44,7 @@ from ..select.context import SelectionContext
 from ..select.emit import EmitError
 from .enumerate import enumerate_tiles
 from .plans import TilePlan
-from .schedule import TileScheduleError, gcd_threads, tile_work
+from .schedule import WARP, BlockWork, TileScheduleError, gcd_threads, tile_work
 from .tile_graph import ConnectLevel, TileGraph
 
 logger = logging.getLogger(__name__)
@@ -150,24 +151,39 @@ def plan_group(ctx: SelectionContext, members: tuple[int, ...]) -> TilePlan | st
             except TileScheduleError as err:
                 refused = str(err)
                 continue
-            problem = _unbuildable(work, ctx.device.max_shared_memory_per_block)
+            problem = ""
+            for option in (work, _simt(work)) if any(w.tensor_core for w in work) else (work,):
+                problem = _unbuildable(option, ctx.device.max_shared_memory_per_block_optin)
+                if not problem:
+                    simt = sum(1 for w in option if w.wmma is not None and not w.tensor_core)
+                    buildable.append((_recompute(option), simt, rank, cand, option))
+                    break
             if problem:
                 refused = f"tile {cand.output_tile}: {problem}"
                 continue
-            buildable.append((_recompute(work), rank, cand, work))
-            if buildable[-1][0] <= 1.0:      # nothing recomputes: no later tile can do better
+            if buildable[-1][:2] == (1.0, 0):   # no recomputation, no SIMT GEMM: no later tile does better
                 break
-        if buildable:           # the least recomputation first (Welder's ranking does not see it), then rank
-            _, _, cand, work = min(buildable, key=lambda b: b[:2])
+        if buildable:   # the least recomputation, then the fewest SIMT GEMMs (Welder's ranking sees neither), then rank
+            _, simt, _, cand, work = min(buildable, key=lambda b: b[:3])
             root = work[-1]
+            tensor_core = tuple(w.name for w in work if w.tensor_core)
+            code_path = "simt_contraction" if simt else "wmma_tile" if tensor_core else "simt"
+            shared = sum(w.shared_bytes() for w in work)
             return TilePlan(output_tile=cand.output_tile, threads=gcd_threads(work), inline=inline,
-                            grid=root.total // root.outputs, shared_bytes=sum(w.shared_bytes for w in work),
+                            grid=root.total // root.outputs, shared_bytes=shared,
                             traffic_bytes=cand.global_bytes,
                             levels=tuple((e.tensor, tg.connect_level(e).label) for e in tg.edges),
-                            code_path="simt_contraction" if has_contraction(func) else "simt")
+                            code_path=code_path, tensor_core=tensor_core,
+                            dynamic_shared=shared > ctx.device.max_shared_memory_per_block)
         return refused
 
     return ctx.memo(("tilegraph", ctx.signature(members)), plan)
+
+
+def _simt(work: list[BlockWork]) -> list[BlockWork]:
+    """``work`` with every contraction one output per thread (its staged operands then not needed)."""
+    return [dataclasses.replace(w, wmma="its staged operands exceed shared memory") if w.tensor_core else w
+            for w in work]
 
 
 def _recompute(work) -> float:
@@ -183,9 +199,13 @@ def _unbuildable(work, shared_limit: int) -> str:
         if w.outputs * tiles > MAX_RECOMPUTE * w.total:
             return (f"block '{w.name}' would compute {w.outputs * tiles / w.total:.1f}x its outputs "
                     "(a tile that cuts what it reads, or an index map TVM's region inference does not invert)")
-    shared = sum(w.shared_bytes for w in work)
+    shared = sum(w.shared_bytes() for w in work)
     if shared > shared_limit:
         return f"{shared} B of shared memory per block exceed {shared_limit} B"
+    warps = gcd_threads(work) // WARP
+    uneven = [w.name for w in work if w.tensor_core and w.wmma.fragments % warps]
+    if uneven:
+        return f"the tensor-core fragments of {uneven} do not divide over {warps} warps"
     return ""
 
 
@@ -224,6 +244,25 @@ class _Pricer:
         return plan, seconds
 
 
+def _moves(ctx: SelectionContext, edges: list[tuple[int, int]], group_of: dict) -> list[tuple[tuple[int, ...], ...]]:
+    """The merges one step of :func:`connect_graph` may make, each as the groups it joins: the two
+    ends of an edge, and a group with every group it shares an edge with (its neighbourhood)."""
+    pairs: dict = {}
+    around: dict = {}
+    for n, c in edges:
+        a, b = group_of[n], group_of[c]
+        if a == b:
+            continue
+        pairs.setdefault(tuple(sorted((a, b))), None)
+        around.setdefault(a, {}).setdefault(b, None)
+        around.setdefault(b, {}).setdefault(a, None)
+    moves = list(pairs)
+    for group, neighbours in around.items():
+        if len(neighbours) > 1:
+            moves.append(tuple(sorted((group, *neighbours))))
+    return list(dict.fromkeys(moves))
+
+
 def connect_graph(ctx: SelectionContext, cost) -> list[ConnectedGroup]:
     """Welder's ``GraphConnecting`` over ``ctx.graph`` priced by ``cost`` (see the module docstring).
 
@@ -231,6 +270,11 @@ def connect_graph(ctx: SelectionContext, cost) -> list[ConnectedGroup]:
     in topological order as in Fig. 7: in topological order a GEMM's layout epilogue (BERT's V
     projection with its reshape and transpose) is connected before the attention that reads it,
     and the attention can then no longer take its PV product. Ties go to the earlier edge.
+
+    Besides the two ends of an edge, a step may merge a group with all its neighbouring groups at
+    once: merging a kernel pair by pair can cost more at every step than it saves in the end
+    (BERT's QK^T product alone is cheaper as a dlight kernel than as a tile kernel, yet the whole
+    attention core as one tensor-core kernel is cheaper than its three kernels).
 
     Returns every group of the final connected graph (single nodes included), in topological order.
     """
@@ -253,13 +297,10 @@ def connect_graph(ctx: SelectionContext, cost) -> list[ConnectedGroup]:
 
     while True:
         best = None
-        for n, c in edges:
-            a, b = group_of[n], group_of[c]
-            if a == b:
-                continue
-            merged = ctx.ordered(a + b)
+        for parts in _moves(ctx, edges, group_of):
+            merged = ctx.ordered(sum(parts, ()))
             plan, seconds = trial(merged)
-            gain = priced(a)[1] + priced(b)[1] - seconds
+            gain = sum(priced(p)[1] for p in parts) - seconds
             if plan is not None and gain > 0 and (best is None or gain > best[0]):
                 best = (gain, merged, plan, seconds)
         if best is None:

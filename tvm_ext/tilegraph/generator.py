@@ -71,9 +71,15 @@ class TileGraphGenerator:
     def schedule(self, func: tirx.PrimFunc, plan: TilePlan, device: DeviceSpec) -> ScheduledKernel:
         """Build ``plan`` on ``func`` (:func:`~tvm_ext.tilegraph.schedule.build_tile_schedule`)."""
         try:
-            return ScheduledKernel(build_tile_schedule(func, plan), rule="tilegraph")
+            rule = "tilegraph+tensor_core" if plan.tensor_core else "tilegraph"
+            return ScheduledKernel(build_tile_schedule(func, plan), rule=rule)
         except TileScheduleError as err:
             raise ScheduleRefused(f"tilegraph: {err}") from None
+
+    def cpu_schedule(self, func: tirx.PrimFunc, plan: TilePlan) -> tirx.PrimFunc:
+        """The kernel :meth:`schedule` builds, with its tensor-core stages left as the 16x16x16
+        loops the WMMA intrinsics replace: what the CPU runs thread-serialized to check it."""
+        return build_tile_schedule(func, plan, tensorize=False)
 
 
 register_generator(TileGraphGenerator())

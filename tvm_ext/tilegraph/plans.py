@@ -10,7 +10,11 @@ sub-graph) and says how the schedule builder (:mod:`tvm_ext.tilegraph.schedule`)
   ``threadIdx.x``), from the gcd rule of Welder §4.1;
 * ``inline`` — blocks inlined into their consumers (register connection);
 * every other block but the output block is computed per tile into **shared memory** (shared
-  connection): ``compute_at`` at the block loop, ``set_scope("shared")``.
+  connection): ``compute_at`` at the block loop, ``set_scope("shared")``;
+* ``tensor_core`` — contraction blocks built on WMMA fragments
+  (:mod:`tvm_ext.tilegraph.tensor_core`); other contractions run one output per thread;
+* ``dynamic_shared`` — the shared buffers live in dynamic shared memory (``shared.dyn``), for a
+  kernel whose shared memory exceeds the static 48 KiB (up to the device's opt-in limit).
 
 The remaining fields are what the planner measured, for reports and pricing: the kernel's grid,
 its shared footprint, its modelled global traffic (Welder's ``MemTraffic`` of the tile) and the
@@ -42,15 +46,26 @@ class TilePlan:
     shared_bytes: int = 0
     traffic_bytes: int = 0
     levels: tuple[tuple[str, str], ...] = ()
-    #: ``"simt_contraction"`` when a block of the kernel is a contraction (one output per thread),
-    #: else ``"simt"`` (:class:`~tvm_ext.select.candidate.CodePath`).
+    #: ``"simt_contraction"`` when a contraction of the kernel runs one output per thread,
+    #: ``"wmma_tile"`` when every contraction runs on tensor cores, else ``"simt"``
+    #: (:class:`~tvm_ext.select.candidate.CodePath`).
     code_path: str = "simt"
+    tensor_core: tuple[str, ...] = ()
+    #: The shared buffers are dynamic shared memory (one pool, up to the opt-in limit per block):
+    #: the plan's ``shared_bytes`` exceed the static limit.
+    dynamic_shared: bool = False
+
+    @property
+    def shared_scope(self) -> str:
+        """The storage scope of the kernel's shared buffers."""
+        return "shared.dyn" if self.dynamic_shared else "shared"
 
     def to_json(self) -> dict[str, Any]:
         """JSON form (inverse: :meth:`from_json`)."""
         return {"output_tile": list(self.output_tile), "threads": self.threads, "inline": list(self.inline),
                 "grid": self.grid, "shared_bytes": self.shared_bytes, "traffic_bytes": self.traffic_bytes,
-                "levels": [list(x) for x in self.levels], "code_path": self.code_path}
+                "levels": [list(x) for x in self.levels], "code_path": self.code_path,
+                "tensor_core": list(self.tensor_core), "dynamic_shared": self.dynamic_shared}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> "TilePlan":
@@ -59,17 +74,21 @@ class TilePlan:
                    inline=tuple(str(x) for x in data.get("inline", ())), grid=int(data.get("grid", 0)),
                    shared_bytes=int(data.get("shared_bytes", 0)), traffic_bytes=int(data.get("traffic_bytes", 0)),
                    levels=tuple((str(t), str(lv)) for t, lv in data.get("levels", ())),
-                   code_path=str(data.get("code_path", "simt")))
+                   code_path=str(data.get("code_path", "simt")),
+                   tensor_core=tuple(str(x) for x in data.get("tensor_core", ())),
+                   dynamic_shared=bool(data.get("dynamic_shared", False)))
 
     def measured_config(self) -> dict[str, Any]:
         """What a measurement of this kernel is keyed by: the schedule's choices."""
-        return {"output_tile": list(self.output_tile), "threads": self.threads, "inline": list(self.inline)}
+        return {"output_tile": list(self.output_tile), "threads": self.threads, "inline": list(self.inline),
+                "tensor_core": list(self.tensor_core)}
 
     def summary(self) -> str:
         """One line for reports."""
         tile = "x".join(map(str, self.output_tile))
+        tc = f", {len(self.tensor_core)} on tensor cores" if self.tensor_core else ""
         return (f"tilegraph: tile {tile}, grid {self.grid} x {self.threads} threads, "
-                f"{self.shared_bytes / 1024:.1f} KiB shared, {len(self.inline)} inlined")
+                f"{self.shared_bytes / 1024:.1f} KiB shared, {len(self.inline)} inlined{tc}")
 
 
 __all__ = ["TilePlan"]

@@ -14,9 +14,10 @@ paper's kernel stitching):
 * **threads** — ``threads // 32`` warps: a row reduction (softmax's max and sum, a norm's mean)
   puts its rows on ``threadIdx.y`` and reduces each row across the 32 lanes of ``threadIdx.x``;
   every other block spreads its tile's outputs over ``threadIdx.y x threadIdx.x``;
-* **contractions** (the GEMMs inside) accumulate in registers (``cache_write`` to ``local``,
-  written back by the same thread), reduction loop serial: SIMT code. Tensor-core fragments are
-  not built yet (see the package docstring).
+* **contractions** (the GEMMs inside): those the plan names in ``tensor_core`` run on WMMA
+  fragments, one 16x16 output fragment per warp at a time (:mod:`tvm_ext.tilegraph.tensor_core`);
+  any other accumulates one output per thread in a register (``cache_write`` to ``local``,
+  written back by the same thread), reduction loop serial: SIMT code.
 
 :func:`tile_work` reports the per-block work of every block for the gcd rule of the thread count.
 
@@ -39,6 +40,8 @@ from tvm.s_tir import SBlockRealize
 from ..errors import TVM_ERRORS, TvmExtError
 from ..graph import element_bytes, is_contraction, is_reduction, sblocks
 from .plans import TilePlan
+from .tensor_core import WmmaFit, schedule_wmma, wmma_fit
+from .tensor_core import tensorize as tensorize_stages
 
 #: Lanes of one warp: the ``threadIdx.x`` extent of every block (a row reduction's lanes).
 WARP = 32
@@ -67,16 +70,27 @@ class BlockWork:
     total: int
     itemsize: int
     output_block: bool = False
+    #: A contraction: how it maps onto tensor-core fragments, or why it does not (None otherwise).
+    wmma: WmmaFit | str | None = None
+
+    @property
+    def tensor_core(self) -> bool:
+        """Whether the block can run on WMMA fragments (:func:`~tvm_ext.tilegraph.tensor_core.wmma_fit`)."""
+        return isinstance(self.wmma, WmmaFit)
 
     @property
     def work(self) -> int:
-        """Thread slots it can use: its outputs, times a warp's lanes for a row reduction."""
+        """Thread slots it can use: its outputs, times a warp's lanes for a row reduction or a
+        tensor-core fragment (one warp per 16x16 fragment)."""
+        if self.tensor_core:
+            return self.wmma.fragments * WARP
         return self.outputs * (WARP if self.row_reduction else 1)
 
-    @property
-    def shared_bytes(self) -> int:
-        """Shared memory of its per-tile buffer (none for the output block, which stores to global)."""
-        return 0 if self.output_block else self.outputs * self.itemsize
+    def shared_bytes(self, tensor_core: bool = True) -> int:
+        """Shared memory of its per-tile buffer (none for the output block, which stores to global),
+        plus, on tensor cores, the operands it stages from global memory."""
+        own = 0 if self.output_block else self.outputs * self.itemsize
+        return own + (self.wmma.staged_bytes if tensor_core and self.tensor_core else 0)
 
 
 
@@ -154,7 +168,7 @@ def _tiled(func: tirx.PrimFunc, plan: TilePlan):
     bx = sch.fuse(*outer) if len(outer) > 1 else outer[0]
     for name in reversed(names[:-1]):
         block = sch.get_sblock(name)
-        sch.set_scope(block, 0, "shared")
+        sch.set_scope(block, 0, plan.shared_scope)
         sch.compute_at(block, bx)
     return sch, bx, names
 
@@ -196,10 +210,13 @@ def tile_work(func: tirx.PrimFunc, output_tile: tuple[int, ...], inline: tuple[s
         out = []
         for name in names:
             block = sch.get_sblock(name)
-            spatial, _ = _spatial_and_reduce(sch, block, _below(sch, block, bx))
-            red = is_reduction(sch.get(block)) and not is_contraction(sch.get(block))
+            spatial, reduce = _spatial_and_reduce(sch, block, _below(sch, block, bx))
+            contraction = is_contraction(sch.get(block))
+            red = is_reduction(sch.get(block)) and not contraction
+            fit = (wmma_fit(sch, block, _realize(sch, block), spatial, reduce, lambda lp: _extent(sch, lp))
+                   if contraction else None)
             out.append(BlockWork(name, math.prod(_extent(sch, lp) for lp in spatial), red, *totals[name],
-                                 output_block=name == names[-1]))
+                                 output_block=name == names[-1], wmma=fit))
     except TVM_ERRORS as err:
         raise TileScheduleError(f"cannot tile: {str(err).strip().splitlines()[0][:300]}") from None
     return out
@@ -232,8 +249,23 @@ def _bind(sch, block, anchor, ty: int) -> None:
         sch.reverse_compute_at(write_back, x)
 
 
-def build_tile_schedule(func: tirx.PrimFunc, plan: TilePlan) -> tirx.PrimFunc:
+def _bind_wmma(sch, block, anchor, ty: int, shared_scope: str) -> list:
+    spatial, reduce = _spatial_and_reduce(sch, block, _below(sch, block, anchor))
+    fit = wmma_fit(sch, block, _realize(sch, block), spatial, reduce, lambda lp: _extent(sch, lp))
+    if isinstance(fit, str):
+        raise TileScheduleError(f"block '{sch.get(block).name_hint}' cannot run on tensor cores: {fit}")
+    if fit.fragments % ty:
+        raise TileScheduleError(f"{fit.fragments} tensor-core fragments of '{sch.get(block).name_hint}' "
+                                f"do not divide over {ty} warps")
+    return schedule_wmma(sch, block, anchor, spatial, reduce, fit, warps=ty, warp=WARP, below=_below,
+                         shared_scope=shared_scope)
+
+
+def build_tile_schedule(func: tirx.PrimFunc, plan: TilePlan, *, tensorize: bool = True) -> tirx.PrimFunc:
     """Schedule ``func`` as the one kernel ``plan`` describes (see the module docstring).
+
+    ``tensorize=False`` leaves the tensor-core stages as the 16x16x16 loops the WMMA intrinsics
+    replace: the same program, runnable on the CPU (thread-serialized checks).
 
     Raises
     ------
@@ -246,9 +278,18 @@ def build_tile_schedule(func: tirx.PrimFunc, plan: TilePlan) -> tirx.PrimFunc:
     ty = plan.threads // WARP
     try:
         sch, bx, names = _tiled(func, plan)
-        for name in names:
-            _bind(sch, sch.get_sblock(name), bx, ty)
+        unknown = sorted(set(plan.tensor_core) - set(names))
+        if unknown:
+            raise TileScheduleError(f"the plan puts blocks on tensor cores the kernel does not have: {unknown}")
         sch.bind(bx, "blockIdx.x")
+        stages = []
+        for name in names:
+            if name in plan.tensor_core:
+                stages += _bind_wmma(sch, sch.get_sblock(name), bx, ty, plan.shared_scope)
+            else:
+                _bind(sch, sch.get_sblock(name), bx, ty)
+        if tensorize:
+            tensorize_stages(sch, stages)
     except TVM_ERRORS as err:
         raise TileScheduleError(f"schedule failed: {str(err).strip().splitlines()[0][:300]}") from None
     return sch.mod["main"].with_attr("tirx.is_scheduled", True)
