@@ -257,8 +257,8 @@ def _bind_wmma(sch, block, anchor, ty: int, shared_scope: str) -> list:
     if fit.fragments % ty:
         raise TileScheduleError(f"{fit.fragments} tensor-core fragments of '{sch.get(block).name_hint}' "
                                 f"do not divide over {ty} warps")
-    return schedule_wmma(sch, block, anchor, spatial, reduce, fit, warps=ty, warp=WARP, below=_below,
-                         shared_scope=shared_scope)
+    return schedule_wmma(sch, block, anchor, spatial, reduce, fit, warps=ty,
+                         bind_copy=lambda copy: _bind(sch, copy, anchor, ty), shared_scope=shared_scope)
 
 
 def build_tile_schedule(func: tirx.PrimFunc, plan: TilePlan, *, tensorize: bool = True) -> tirx.PrimFunc:

@@ -38,6 +38,7 @@ Example
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import tvm
@@ -180,15 +181,6 @@ def wmma_fit(sch, block, realize, spatial: list, reduce: list, extent) -> WmmaFi
                    pos_a, pos_b)
 
 
-def _cooperative(sch, block, anchor, below, warps: int, warp: int) -> None:
-    """All threads of the block copy ``block``'s region (threadIdx.y x threadIdx.x)."""
-    loops = below(sch, block, anchor)
-    fused = sch.fuse(*loops) if len(loops) > 1 else loops[0]
-    _, y, x = sch.split(fused, [None, warps, warp])
-    sch.bind(y, "threadIdx.y")
-    sch.bind(x, "threadIdx.x")
-
-
 def _intrinsics(fit: WmmaFit, output_scope: str, dynamic: bool) -> dict[str, str]:
     acc = "F16" if fit.accumulator == "float16" else "F32"
     sync = "f16f16f16" if fit.accumulator == "float16" else "f16f16f32"
@@ -202,11 +194,11 @@ def _intrinsics(fit: WmmaFit, output_scope: str, dynamic: bool) -> dict[str, str
             "sync": getattr(wmma_intrin, f"WMMA_SYNC_16x16x16_{sync}{trans}_INTRIN")}
 
 
-def schedule_wmma(sch, block, anchor, spatial: list, reduce: list, fit: WmmaFit, *, warps: int, warp: int,
-                  below, shared_scope: str = "shared") -> list:
+def schedule_wmma(sch, block, anchor, spatial: list, reduce: list, fit: WmmaFit, *, warps: int,
+                  bind_copy: Callable, shared_scope: str = "shared") -> list:
     """Schedule ``block`` (computed per tile under ``anchor``) on WMMA fragments (module docstring).
 
-    ``below(sch, block, anchor)`` lists a block's loops under the tile loop (for the staging copies);
+    ``bind_copy(block)`` spreads a staging copy (computed per tile) over the block's threads;
     ``shared_scope`` is the kernel's shared memory (``"shared"``, or ``"shared.dyn"`` beyond the
     static limit).
     Returns its stages and their intrinsics, for :func:`tensorize` once the kernel is scheduled.
@@ -232,7 +224,7 @@ def schedule_wmma(sch, block, anchor, spatial: list, reduce: list, fit: WmmaFit,
         if _scope(buf) == "global":
             staged = sch.cache_read(block, position(buf), shared_scope, consumer_blocks=[block])
             sch.compute_at(staged, anchor)
-            _cooperative(sch, staged, anchor, below, warps, warp)
+            bind_copy(staged)
             buf = sch.get(staged).writes[0].source
         sources.append(buf)
     frag_a = sch.cache_read(block, position(sources[0]), "wmma.matrix_a", consumer_blocks=[block])
