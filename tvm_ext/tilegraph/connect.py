@@ -244,9 +244,11 @@ class _Pricer:
         return plan, seconds
 
 
-def _moves(ctx: SelectionContext, edges: list[tuple[int, int]], group_of: dict) -> list[tuple[tuple[int, ...], ...]]:
+def _moves(ctx: SelectionContext, edges: list[tuple[int, int]], group_of: dict,
+           neighbourhoods: bool) -> list[tuple[tuple[int, ...], ...]]:
     """The merges one step of :func:`connect_graph` may make, each as the groups it joins: the two
-    ends of an edge, and a group with every group it shares an edge with (its neighbourhood)."""
+    ends of an edge or, with ``neighbourhoods``, a group holding a contraction with every group it
+    shares an edge with."""
     pairs: dict = {}
     around: dict = {}
     for n, c in edges:
@@ -256,11 +258,11 @@ def _moves(ctx: SelectionContext, edges: list[tuple[int, int]], group_of: dict) 
         pairs.setdefault(tuple(sorted((a, b))), None)
         around.setdefault(a, {}).setdefault(b, None)
         around.setdefault(b, {}).setdefault(a, None)
-    moves = list(pairs)
-    for group, neighbours in around.items():
-        if len(neighbours) > 1:
-            moves.append(tuple(sorted((group, *neighbours))))
-    return list(dict.fromkeys(moves))
+    if not neighbourhoods:
+        return list(pairs)
+    return list(dict.fromkeys(tuple(sorted((group, *others))) for group, others in around.items()
+                              if len(others) > 1 and any(ctx.graph.nodes[n].func is not None
+                                                         and has_contraction(ctx.graph.nodes[n].func) for n in group)))
 
 
 def connect_graph(ctx: SelectionContext, cost) -> list[ConnectedGroup]:
@@ -271,10 +273,12 @@ def connect_graph(ctx: SelectionContext, cost) -> list[ConnectedGroup]:
     projection with its reshape and transpose) is connected before the attention that reads it,
     and the attention can then no longer take its PV product. Ties go to the earlier edge.
 
-    Besides the two ends of an edge, a step may merge a group with all its neighbouring groups at
-    once: merging a kernel pair by pair can cost more at every step than it saves in the end
-    (BERT's QK^T product alone is cheaper as a dlight kernel than as a tile kernel, yet the whole
-    attention core as one tensor-core kernel is cheaper than its three kernels).
+    When no pair of groups saves anything, a step may merge a group holding a GEMM with all its
+    neighbouring groups at once: merging pair by pair can cost more at every step than it saves in
+    the end (the QK^T product of an attention alone is cheaper as a dlight kernel than as a tile
+    kernel, yet the whole attention core as one tensor-core kernel can be cheaper than its three
+    kernels). Only then, so that a neighbourhood is planned for groups that pairs no longer change
+    (planning every neighbourhood at every step doubled Segformer-B0's connecting time).
 
     Returns every group of the final connected graph (single nodes included), in topological order.
     """
@@ -297,12 +301,15 @@ def connect_graph(ctx: SelectionContext, cost) -> list[ConnectedGroup]:
 
     while True:
         best = None
-        for parts in _moves(ctx, edges, group_of):
-            merged = ctx.ordered(sum(parts, ()))
-            plan, seconds = trial(merged)
-            gain = sum(priced(p)[1] for p in parts) - seconds
-            if plan is not None and gain > 0 and (best is None or gain > best[0]):
-                best = (gain, merged, plan, seconds)
+        for neighbourhoods in (False, True):       # neighbourhoods only once no pair saves anything
+            for parts in _moves(ctx, edges, group_of, neighbourhoods):
+                merged = ctx.ordered(sum(parts, ()))
+                plan, seconds = trial(merged)
+                gain = sum(priced(p)[1] for p in parts) - seconds
+                if plan is not None and gain > 0 and (best is None or gain > best[0]):
+                    best = (gain, merged, plan, seconds)
+            if best is not None:
+                break
         if best is None:
             break
         gain, merged, plan, seconds = best
