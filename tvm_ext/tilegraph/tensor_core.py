@@ -96,7 +96,7 @@ def _vars(expr) -> set:
 
 
 def _layout(load, first, second) -> bool:
-    """``load`` is indexed ``[..., first, second]`` with no other index moving with i, j, k."""
+    """``load`` is indexed ``[..., first, second]`` (its last two indices are those iterators)."""
     idx = list(load.indices)
     return len(idx) >= 2 and idx[-2].same_as(first) and idx[-1].same_as(second)
 
