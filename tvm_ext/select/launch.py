@@ -23,6 +23,7 @@ from tvm import tirx
 from ..analysis import element_bytes
 from ..errors import TVM_ERRORS
 from ..tir.grid_sync import GRID_SYNC_OP
+from ..tir.workspace import buffer_scope
 from .candidate import LaunchShape
 
 _SHARED_SCOPES = ("shared", "shared.dyn")
@@ -58,8 +59,7 @@ def _shared_buffers(node) -> dict:
 
     def on_block(block) -> None:
         for buf in block.alloc_buffers:
-            scope = str(getattr(buf.ty, "storage_scope", "") or "global")
-            if scope in _SHARED_SCOPES:
+            if buffer_scope(buf) in _SHARED_SCOPES:
                 shape = [int(d.value) if isinstance(d, tirx.IntImm) else 1 for d in buf.ty.shape]
                 found[buf] = math.prod(shape) * element_bytes(str(buf.ty.dtype))
 

@@ -27,7 +27,7 @@ import tvm_ffi
 from tvm import relax, tirx
 
 from ..errors import TvmExtError
-from ..tir import has_grid_sync, is_block_binding
+from ..tir import buffer_scope, has_grid_sync, is_block_binding
 from .compare import compare_outputs
 from .tolerance import tolerance_for
 
@@ -73,8 +73,7 @@ def _scopes_to_global(body):
 
     def on_block(block) -> None:
         for buf in block.alloc_buffers:
-            scope = str(getattr(buf.ty, "storage_scope", "") or "global")
-            if scope != "global":
+            if buffer_scope(buf) != "global":
                 swap[buf] = tirx.decl_buffer(buf.ty.shape, str(buf.ty.dtype), buf.name, scope="global")
 
     tvm_ffi.structural_walk(body, (tvm.s_tir.SBlock, on_block))

@@ -78,6 +78,12 @@ def injective(ctx: SelectionContext, node: int) -> bool:
     return func is not None and not any(is_reduction(b) for b, _ in sblocks(func))
 
 
+def _has_gemm(ctx: SelectionContext, node: int) -> bool:
+    """Whether ``node`` has a contraction block (a GEMM or convolution)."""
+    func = ctx.graph.nodes[node].func
+    return func is not None and has_contraction(func)
+
+
 def edge_level(ctx: SelectionContext, producer: int, consumer: int) -> ConnectLevel:
     """The on-chip level of the edge ``producer -> consumer`` (see the module docstring).
 
@@ -89,9 +95,8 @@ def edge_level(ctx: SelectionContext, producer: int, consumer: int) -> ConnectLe
     graph = ctx.graph
     if not injective(ctx, producer):
         return ConnectLevel.SHARED
-    target = graph.nodes[consumer].func
-    into_contraction = target is not None and has_contraction(target)
-    return ConnectLevel.SHARED if into_contraction and graph.nodes[producer].flops > 0 else ConnectLevel.REGISTER
+    computes = graph.nodes[producer].flops > 0
+    return ConnectLevel.SHARED if computes and _has_gemm(ctx, consumer) else ConnectLevel.REGISTER
 
 
 def _inline_blocks(ctx: SelectionContext, members: tuple[int, ...]) -> tuple[str, ...]:
@@ -181,8 +186,9 @@ def plan_group(ctx: SelectionContext, members: tuple[int, ...]) -> TilePlan | st
 
 
 def _simt(work: list[BlockWork]) -> list[BlockWork]:
-    """``work`` with every contraction one output per thread (its staged operands then not needed)."""
-    return [dataclasses.replace(w, wmma="its staged operands exceed shared memory") if w.tensor_core else w
+    """``work`` with every contraction one output per thread (its staged operands then not needed):
+    the fallback of a tile whose tensor-core stages do not build (shared memory, warps)."""
+    return [dataclasses.replace(w, wmma="the tile does not build with tensor-core stages") if w.tensor_core else w
             for w in work]
 
 
@@ -260,9 +266,9 @@ def _moves(ctx: SelectionContext, edges: list[tuple[int, int]], group_of: dict,
         around.setdefault(b, {}).setdefault(a, None)
     if not neighbourhoods:
         return list(pairs)
-    return list(dict.fromkeys(tuple(sorted((group, *others))) for group, others in around.items()
-                              if len(others) > 1 and any(ctx.graph.nodes[n].func is not None
-                                                         and has_contraction(ctx.graph.nodes[n].func) for n in group)))
+    grown = (tuple(sorted((group, *others))) for group, others in around.items()
+             if len(others) > 1 and any(_has_gemm(ctx, n) for n in group))
+    return list(dict.fromkeys(grown))
 
 
 def connect_graph(ctx: SelectionContext, cost) -> list[ConnectedGroup]:

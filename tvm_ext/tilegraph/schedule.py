@@ -213,8 +213,7 @@ def tile_work(func: tirx.PrimFunc, output_tile: tuple[int, ...], inline: tuple[s
             spatial, reduce = _spatial_and_reduce(sch, block, _below(sch, block, bx))
             contraction = is_contraction(sch.get(block))
             red = is_reduction(sch.get(block)) and not contraction
-            fit = (wmma_fit(sch, block, _realize(sch, block), spatial, reduce, lambda lp: _extent(sch, lp))
-                   if contraction else None)
+            fit = _fit(sch, block, spatial, reduce) if contraction else None
             out.append(BlockWork(name, math.prod(_extent(sch, lp) for lp in spatial), red, *totals[name],
                                  output_block=name == names[-1], wmma=fit))
     except TVM_ERRORS as err:
@@ -249,9 +248,14 @@ def _bind(sch, block, anchor, ty: int) -> None:
         sch.reverse_compute_at(write_back, x)
 
 
+def _fit(sch, block, spatial: list, reduce: list) -> WmmaFit | str:
+    """:func:`~tvm_ext.tilegraph.tensor_core.wmma_fit` of ``block`` with its loops under the tile."""
+    return wmma_fit(sch, block, _realize(sch, block), spatial, reduce, lambda lp: _extent(sch, lp))
+
+
 def _bind_wmma(sch, block, anchor, ty: int, shared_scope: str) -> list:
     spatial, reduce = _spatial_and_reduce(sch, block, _below(sch, block, anchor))
-    fit = wmma_fit(sch, block, _realize(sch, block), spatial, reduce, lambda lp: _extent(sch, lp))
+    fit = _fit(sch, block, spatial, reduce)
     if isinstance(fit, str):
         raise TileScheduleError(f"block '{sch.get(block).name_hint}' cannot run on tensor cores: {fit}")
     if fit.fragments % ty:

@@ -46,6 +46,7 @@ import tvm_ffi
 from tvm import tirx
 from tvm.s_tir.tensor_intrin import cuda as wmma_intrin
 
+from ..tir.workspace import buffer_scope
 from .enumerate import MMA_FRAGMENT as FRAGMENT
 _RED = tirx.IterVar.CommReduce
 
@@ -74,10 +75,6 @@ class WmmaFit:
     staged_bytes: int
     a: int
     b: int
-
-
-def _scope(buffer) -> str:
-    return str(getattr(buffer.ty, "storage_scope", "") or "global")
 
 
 def _load(expr, accumulator: str):
@@ -163,7 +160,7 @@ def wmma_fit(sch, block, realize, spatial: list, reduce: list, extent) -> WmmaFi
     m, n, depth = extent(spatial[-2]), extent(spatial[-1]), extent(reduce[0])
     if m % FRAGMENT or n % FRAGMENT or depth % FRAGMENT:
         return f"tile {m}x{n}x{depth} is not a multiple of {FRAGMENT}"
-    if _scope(store.buffer) == "global" and int(store.buffer.ty.shape[-1]) % FRAGMENT:
+    if buffer_scope(store.buffer) == "global" and int(store.buffer.ty.shape[-1]) % FRAGMENT:
         return "the output's rows are not 32-byte aligned"
     lead = math.prod(extent(lp) for lp in spatial[:-2])
     if lead * m > FRAGMENT and n > FRAGMENT:
@@ -171,7 +168,7 @@ def wmma_fit(sch, block, realize, spatial: list, reduce: list, extent) -> WmmaFi
         # part of it (A by the row, B by the column) is no iterator map TVM can blockize
         return f"tile {lead * m}x{n} is not one row or one column of {FRAGMENT}x{FRAGMENT} fragments"
     staged = sum(lead * rows * cols * 2 for load, rows, cols in ((a, m, depth), (b, depth, n))
-                 if _scope(load.source) == "global")
+                 if buffer_scope(load.source) == "global")
     reads = [r.source for r in stmt.reads]
     pos_a = next(p for p, buf in enumerate(reads) if buf.same_as(a.source))
     pos_b = next(p for p, buf in enumerate(reads) if buf.same_as(b.source))
@@ -205,7 +202,7 @@ def schedule_wmma(sch, block, anchor, spatial: list, reduce: list, fit: WmmaFit,
     """
     stmt = sch.get(block)
     a_buf, b_buf = stmt.reads[fit.a].source, stmt.reads[fit.b].source
-    output_scope = _scope(stmt.writes[0].source)
+    output_scope = buffer_scope(stmt.writes[0].source)
     *lead, i, j = spatial
     io, ii = sch.split(i, [None, FRAGMENT])
     jo, ji = sch.split(j, [None, FRAGMENT])
@@ -221,7 +218,7 @@ def schedule_wmma(sch, block, anchor, spatial: list, reduce: list, fit: WmmaFit,
 
     sources = []
     for buf in (a_buf, b_buf):
-        if _scope(buf) == "global":
+        if buffer_scope(buf) == "global":
             staged = sch.cache_read(block, position(buf), shared_scope, consumer_blocks=[block])
             sch.compute_at(staged, anchor)
             bind_copy(staged)

@@ -7,7 +7,7 @@ followed by the launch-parameter passes); pass ``tir_pipeline="tvm_ext"`` to ``t
 from __future__ import annotations
 
 from .lowering_check import lowering_problem
-from .workspace import global_workspaces, promote_workspace
+from .workspace import buffer_scope, global_workspaces, promote_workspace
 from .grid_sync import GRID_SYNC_OP, InsertGridSync, has_grid_sync, insert_grid_sync, is_block_binding
 from .launch_params import (
     COOPERATIVE_TAG,
@@ -26,5 +26,5 @@ register_tir_pipeline()
 __all__ = [
     "AnnotateCooperativeLaunch", "ApplyLaunchBounds", "COOPERATIVE_TAG", "GRID_SYNC_OP", "InsertGridSync",
     "MIN_BLOCKS_ATTR", "PIPELINE_NAME", "has_grid_sync", "insert_grid_sync", "is_block_binding", "is_device_kernel",
-    "launch_params", "register_tir_pipeline", "with_cooperative_launch", "global_workspaces", "promote_workspace", "lowering_problem",
+    "launch_params", "register_tir_pipeline", "with_cooperative_launch", "buffer_scope", "global_workspaces", "promote_workspace", "lowering_problem",
 ]

@@ -18,14 +18,18 @@ import tvm_ffi
 from tvm import tirx
 
 
+def buffer_scope(buffer) -> str:
+    """The storage scope of ``buffer`` (``"global"`` when it has none)."""
+    return str(getattr(buffer.ty, "storage_scope", "") or "global")
+
+
 def global_workspaces(func: tirx.PrimFunc) -> list:
     """Buffers allocated in global scope inside ``func`` (intermediates a kernel cannot allocate)."""
     found: list = []
 
     def on_block(block) -> None:
         for buf in block.alloc_buffers:
-            scope = str(getattr(buf.ty, "storage_scope", "") or "global")
-            if scope == "global":
+            if buffer_scope(buf) == "global":
                 found.append(buf)
 
     tvm_ffi.structural_walk(func.body, (tvm.s_tir.SBlock, on_block))
