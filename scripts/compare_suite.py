@@ -11,11 +11,16 @@ compile time and, for spine presets, the selection's time and notes. Nothing is 
 
 With ``--check`` the exit status is 1 unless, on every model, ``full``'s modelled time is at
 most the best of the other presets and its launches at most ``baseline``'s (the issue's bar).
-``--table`` prints the markdown table of a results file (no builds).
+``--table`` prints the markdown table of a results file (no builds). ``--ablate GENERATOR`` also
+builds every listed preset that has that generator without it (rows named
+``<preset>-without-<generator>``), e.g. ``full`` with and without ``tilegraph``'s candidates::
+
+    python3 scripts/compare_suite.py --presets stitch tilegraph full --ablate tilegraph
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import json
 import logging
@@ -26,7 +31,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tvm_ext.errors import TVM_ERRORS, TvmExtError  # noqa: E402
+from tvm_ext.driver.presets import Preset, get_preset  # noqa: E402
+from tvm_ext.errors import TVM_ERRORS, PresetError, TvmExtError  # noqa: E402
 from tvm_ext.inspect import inspect  # noqa: E402
 from tvm_ext.models.skeleton import load_model, resolve_models  # noqa: E402
 
@@ -40,13 +46,29 @@ def _commit() -> str:
     return out.stdout.strip() or "unknown"
 
 
-def model_rows(path: Path, presets: list[str], target: str, fp16: bool) -> list[dict]:
+def with_ablations(names: list[str], ablate: list[str]) -> list[Preset]:
+    """The presets ``names``, each followed by itself without each generator of ``ablate`` it has."""
+    unknown = [g for g in ablate if not any(g in get_preset(n).generators for n in names)]
+    if unknown:
+        raise PresetError(f"--ablate {' '.join(unknown)}: no preset of {names} has that generator")
+    presets = []
+    for name in names:
+        preset = get_preset(name)
+        presets.append(preset)
+        for gen in ablate:
+            if gen in preset.generators:
+                presets.append(dataclasses.replace(preset, name=f"{name}-without-{gen}",
+                                                   generators=tuple(g for g in preset.generators if g != gen)))
+    return presets
+
+
+def model_rows(path: Path, presets: list[Preset], target: str, fp16: bool) -> list[dict]:
     """One row per preset of ``path`` (a failed build is a row with ``error``)."""
     proto = load_model(path)
     rows = []
     for preset in presets:
-        row = {"model": path.stem, "preset": preset, "target": target, "dtype": "float16" if fp16 else "float32",
-               "modelled": True}
+        row = {"model": path.stem, "preset": preset.name, "target": target,
+               "dtype": "float16" if fp16 else "float32", "modelled": True}
         start = time.perf_counter()
         try:
             rep = inspect(proto, target, preset, fp16=fp16)
@@ -63,13 +85,14 @@ def model_rows(path: Path, presets: list[str], target: str, fp16: bool) -> list[
                    chosen=sel.get("chosen"),
                    cost_sources=sorted({k.cost_source for k in rep.launches if k.cost_source}))
         rows.append(row)
-        log.info("%-28s %-9s %5d launches %10.1f us modelled  (%.1f s)", path.stem, preset, rep.kernels,
+        log.info("%-28s %-9s %5d launches %10.1f us modelled  (%.1f s)", path.stem, preset.name, rep.kernels,
                  rep.modelled_time_s * 1e6, row["compile_s"])
     return rows
 
 
 def verdicts(rows: list[dict]) -> dict[str, dict]:
-    """Per model: full's time against the best other preset, and its launches against baseline's."""
+    """Per model: full's time against the best other preset (ablations of full included), and its
+    launches against baseline's."""
     by_model: dict[str, dict[str, dict]] = {}
     for r in rows:
         by_model.setdefault(r["model"], {})[r["preset"]] = r
@@ -92,11 +115,12 @@ def verdicts(rows: list[dict]) -> dict[str, dict]:
 
 
 def markdown(rows: list[dict]) -> str:
-    """A markdown table: per model, each preset's modelled time and launches, and the verdict."""
+    """A markdown table: per model, each preset's modelled time, launches and traffic, and the verdict."""
     presets = list(dict.fromkeys(r["preset"] for r in rows))
     cells: dict[str, dict[str, str]] = {}
     for r in rows:
-        text = "failed" if "error" in r else f"{r['modelled_time_s'] * 1e6:.1f} µs / {r['launches']}"
+        text = ("failed" if "error" in r else
+                f"{r['modelled_time_s'] * 1e6:.1f} µs / {r['launches']} / {r['traffic_bytes'] / 2**20:.1f} MiB")
         cells.setdefault(r["model"], {})[r["preset"]] = text
     verdict = verdicts(rows) if "full" in presets else {}
     head = "| model | " + " | ".join(presets) + (" | full vs best other | full ≤ best & launches ≤ baseline |"
@@ -116,6 +140,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("models", nargs="*", help="skeleton names or ONNX paths (default: every skeleton)")
     parser.add_argument("--presets", nargs="+", default=list(PRESETS))
+    parser.add_argument("--ablate", nargs="+", default=[], metavar="GENERATOR",
+                        help="also build each preset that has GENERATOR without it")
     parser.add_argument("--target", default="tvm_ext/h100")
     parser.add_argument("--fp32", action="store_true", help="keep fp32 (default: convert to fp16)")
     parser.add_argument("--out", type=Path, default=None, help="append one JSON line per model x preset here")
@@ -129,13 +155,14 @@ def main(argv: list[str] | None = None) -> int:
         return 0 if not args.check or all(v["ok"] for v in verdicts(rows).values()) else 1
     try:
         paths = resolve_models(args.models)
+        presets = with_ablations(args.presets, args.ablate)
     except TvmExtError as err:
         parser.error(str(err))
     stamp = {"commit": _commit(), "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%MZ")}
     rows: list[dict] = []
     for k, path in enumerate(paths, 1):
         log.info("[%d/%d] %s", k, len(paths), path.stem)
-        new = [{**r, **stamp} for r in model_rows(path, args.presets, args.target, not args.fp32)]
+        new = [{**r, **stamp} for r in model_rows(path, presets, args.target, not args.fp32)]
         rows.extend(new)
         if args.out is not None:
             args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -3,11 +3,14 @@
 
 Each model is imported once, built for ``llvm`` with each preset's graph stage, and run on the
 same random inputs; outputs are compared elementwise within the fp32 tolerance of the oracle.
+With ``onnxruntime`` as the reference, the preset is checked against onnxruntime instead
+(:func:`tvm_ext.testing.oracle.check_model`).
 Skeletons (``tvm_ext/models/skeletons``) are refilled deterministically, so the comparison needs
 no corpus. Unscheduled ``llvm`` builds of large models take minutes each::
 
     python3 scripts/preset_numerics.py                              # all skeletons, stitch vs baseline
     python3 scripts/preset_numerics.py bert_large_s128_b1_fp32 --json out/stitch_numerics.json
+    python3 scripts/preset_numerics.py --presets onnxruntime tilegraph
 
 Exit status: 0 if every model matches, 1 on a mismatch or a failed build, 2 on bad arguments.
 """
@@ -26,15 +29,24 @@ from tvm_ext.errors import TvmExtError  # noqa: E402
 from tvm_ext.frontend import from_onnx, random_inputs  # noqa: E402
 from tvm_ext.models.skeleton import load_model, resolve_models  # noqa: E402
 from tvm_ext.testing.compare import compare_outputs  # noqa: E402
-from tvm_ext.testing.oracle import build_cpu, run_cpu  # noqa: E402
+from tvm_ext.testing.oracle import build_cpu, check_model, run_cpu  # noqa: E402
 from tvm_ext.testing.tolerance import tolerance_for  # noqa: E402
 
 log = logging.getLogger("preset_numerics")
+#: The reference name that means onnxruntime rather than a preset.
+ONNXRUNTIME = "onnxruntime"
 
 
 def compare_model(path: Path, presets: tuple[str, str], seed: int = 0) -> dict:
-    """Build ``path`` with both presets for llvm, run both on one input set, compare the outputs."""
+    """Build ``path`` with both presets for llvm, run both on one input set, compare the outputs
+    (with ``onnxruntime`` as the first preset: check the second against onnxruntime)."""
     proto = load_model(path)
+    if presets[0] == ONNXRUNTIME:
+        start = time.perf_counter()
+        res = check_model(proto, presets[1], seed=seed)
+        return {"model": path.stem, "ok": res.ok, "rtol": res.rtol, "atol": res.atol,
+                "max_abs_err": res.max_abs_err, "max_tol_ratio": res.max_tol_ratio, "outputs": len(res.outputs),
+                "seconds": {presets[1]: round(time.perf_counter() - start, 1)}}
     mod = from_onnx(proto)
     inputs = random_inputs(mod, seed=seed)
     outputs, seconds = [], {}

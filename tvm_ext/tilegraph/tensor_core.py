@@ -44,7 +44,6 @@ from dataclasses import dataclass
 import tvm
 import tvm_ffi
 from tvm import tirx
-from tvm.s_tir.tensor_intrin import cuda as wmma_intrin
 
 from ..tir.workspace import buffer_scope
 from .enumerate import MMA_FRAGMENT as FRAGMENT
@@ -179,6 +178,10 @@ def wmma_fit(sch, block, realize, spatial: list, reduce: list, extent) -> WmmaFi
 
 
 def _intrinsics(fit: WmmaFit, output_scope: str, dynamic: bool) -> dict[str, str]:
+    # Imported here: the module registers TVM's ~100 CUDA tensor intrinsics by parsing TVMScript,
+    # 30-60 s on 2 cores, which fp32 plans and CPU builds without tensor-core stages never need.
+    from tvm.s_tir.tensor_intrin import cuda as wmma_intrin  # pylint: disable=import-outside-toplevel
+
     acc = "F16" if fit.accumulator == "float16" else "F32"
     sync = "f16f16f16" if fit.accumulator == "float16" else "f16f16f32"
     trans = "_TRANS" if fit.trans_b else ""
