@@ -7,6 +7,7 @@ sm_80 and sm_90 through the ``tilegraph`` preset.
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import numpy as np
 import pytest
@@ -29,6 +30,7 @@ from tvm_ext.testing.thread_serial import compare_scheduled
 from tvm_ext.tilegraph import (ConnectLevel, TilePlan, TileScheduleError, build_tile_schedule, connect_graph,
                                gcd_threads, plan_group, tile_work)
 from tvm_ext.tilegraph.connect import edge_level
+from tvm_ext.tilegraph.schedule import CUT_TILE
 from tvm_ext.toolchain import compile_cuda_source, nvcc_available
 
 TARGETS = ["tvm_ext/a100", "tvm_ext/h100"]
@@ -186,10 +188,27 @@ def test_connected_kernels_compute_what_the_graph_computes(make, tile):
     assert check.ok, check
 
 
+def test_tiles_that_do_not_divide_the_output_cut_the_border_tiles():
+    """ViT-like 50 tokens, 16-token tiles: 4 tiles per head, the last one predicated; no WMMA stage."""
+    ctx = _context(attention(heads=2, seq=50, dim=32, dtype="float16"))
+    members = tuple(ctx.call_nodes())
+    func = ctx.fused_function(members)
+    inline = plan_group(ctx, members).inline
+    work = {w.name: w for w in tile_work(func, (1, 1, 16, 32), inline)}
+    assert {w.tiles for w in work.values()} == {2 * 4}
+    assert work["matmul1"].recompute == pytest.approx(64 / 50)            # the border tile's padding
+    assert work["matmul"].wmma == CUT_TILE and not work["matmul1"].tensor_core
+    scheduled = build_tile_schedule(func, TilePlan((1, 1, 16, 32), 128, inline))
+    check = compare_scheduled(func, scheduled)
+    assert check.ok, check
+    with pytest.raises(TileScheduleError, match="divide the output"):
+        build_tile_schedule(func, TilePlan((1, 1, 16, 32), 128, inline, tensor_core=("matmul",)))
+
+
 def test_bad_plans_are_refused():
     func = _whole(WelderSmall)
-    with pytest.raises(TileScheduleError, match="does not divide"):
-        build_tile_schedule(func, TilePlan((7, 64), 256))
+    with pytest.raises(TileScheduleError, match="does not fit"):
+        build_tile_schedule(func, TilePlan((128, 64), 256))
     with pytest.raises(TileScheduleError, match="output dimensions"):
         build_tile_schedule(func, TilePlan((8,), 256))
     with pytest.raises(TileScheduleError, match="multiple of 32"):
@@ -266,8 +285,8 @@ def test_tilegraph_preset_numerics_on_the_cpu():
 
 @pytest.mark.skipif(not nvcc_available(), reason="nvcc / CUDA toolkit not found")
 @pytest.mark.parametrize("target_name", TARGETS)
-@pytest.mark.parametrize("make", [lambda: attention(heads=12, seq=128, dim=64, dtype="float16"), mlp],
-                         ids=["attention", "mlp"])
+@pytest.mark.parametrize("make", [lambda: attention(heads=12, seq=128, dim=64, dtype="float16"), mlp,
+                                  lambda: mlp(rows=197)], ids=["attention", "mlp", "mlp_cut_tiles"])
 def test_tile_kernels_compile_with_nvcc(target_name, make):
     from tvm_ext.tir.lowering_check import lowering_problem
 
@@ -277,6 +296,8 @@ def test_tile_kernels_compile_with_nvcc(target_name, make):
     plan = plan_group(ctx, members)
     func = ctx.fused_function(members)
     scheduled = build_tile_schedule(func, plan)
+    (out,) = ctx.graph.boundary(members)[1]
+    assert plan.grid == math.prod(-(-e // t) for e, t in zip(ctx.graph.tensors[out].shape, plan.output_tile))
     assert lowering_problem(scheduled, "tile_kernel", target) is None
     with target:
         built = tvm.tirx.build(tvm.IRModule({"tile_kernel": scheduled.with_attr("global_symbol", "tile_kernel")}),

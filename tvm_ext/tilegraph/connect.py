@@ -50,8 +50,9 @@ from .tile_graph import ConnectLevel, TileGraph
 logger = logging.getLogger(__name__)
 
 #: Output tiles of a group tried (best first) before it counts as unplannable: Welder profiles
-#: the top 20 per sub-graph; here each is checked for what the builder can realize (a tile that
-#: divides the output, no recomputation, static shared memory) and the least recomputing kept.
+#: the top 20 per sub-graph; here each is checked for what the builder can realize (shared
+#: memory, warps) and the least recomputing kept (a tile that divides the output computes nothing
+#: twice; one that does not computes its cut border tiles' padding).
 TILES_TRIED = 20
 #: *assumed*: how many times a block may compute each of its outputs over the grid. Welder's
 #: propagation recomputes halos (a 3x3 convolution's producer tile grows by its border: 1.56x for
@@ -161,21 +162,25 @@ def plan_group(ctx: SelectionContext, members: tuple[int, ...]) -> TilePlan | st
                 problem = _unbuildable(option, ctx.device.max_shared_memory_per_block_optin)
                 if not problem:
                     simt = sum(1 for w in option if w.wmma is not None and not w.tensor_core)
-                    buildable.append((_recompute(option), simt, rank, cand, option))
+                    padding = option[-1].recompute
+                    buildable.append((_overlap(option), simt, cand.score * padding, rank, padding, cand, option))
                     break
             if problem:
                 refused = f"tile {cand.output_tile}: {problem}"
                 continue
-            if buildable[-1][:2] == (1.0, 0):   # no recomputation, no SIMT GEMM: no later tile does better
-                break
-        if buildable:   # the least recomputation, then the fewest SIMT GEMMs (Welder's ranking sees neither), then rank
-            _, simt, _, cand, work = min(buildable, key=lambda b: b[:3])
+            if buildable[-1][:2] == (1.0, 0) and buildable[-1][4] == 1.0:
+                break   # no recomputation, no SIMT GEMM, no padding: no later (worse-scored) tile does better
+        if buildable:   # the least recomputation, then the fewest SIMT GEMMs (Welder's ranking sees neither),
+            # then Welder's score times the padding of cut border tiles (tiles x tile / output, 208/197 for
+            # 16 of ViT's 197 tokens; *assumed*: the predicated-off threads idle as if the grid were that
+            # much larger), then rank
+            _, simt, _, _, _, cand, work = min(buildable, key=lambda b: b[:4])
             root = work[-1]
             tensor_core = tuple(w.name for w in work if w.tensor_core)
             code_path = "simt_contraction" if simt else "wmma_tile" if tensor_core else "simt"
             shared = sum(w.shared_bytes() for w in work)
             return TilePlan(output_tile=cand.output_tile, threads=gcd_threads(work), inline=inline,
-                            grid=root.total // root.outputs, shared_bytes=shared,
+                            grid=root.tiles, shared_bytes=shared,
                             traffic_bytes=cand.global_bytes,
                             levels=tuple((e.tensor, tg.connect_level(e).label) for e in tg.edges),
                             code_path=code_path, tensor_core=tensor_core,
@@ -192,19 +197,19 @@ def _simt(work: list[BlockWork]) -> list[BlockWork]:
             for w in work]
 
 
-def _recompute(work) -> float:
-    """The most any block computes each of its outputs over the grid (1.0: no recomputation)."""
-    tiles = work[-1].total // work[-1].outputs
-    return max(w.outputs * tiles / w.total for w in work)
+def _overlap(work: list[BlockWork]) -> float:
+    """The most any block computes each of its outputs over the grid (1.0: no recomputation), apart
+    from the padding of cut border tiles (the output block's own :attr:`BlockWork.recompute`, which
+    every block computed per tile shares), to two decimals."""
+    return round(max(w.recompute for w in work) / work[-1].recompute, 2)
 
 
 def _unbuildable(work, shared_limit: int) -> str:
     """Why the kernel these blocks make is not worth building ('' if it is)."""
-    tiles = work[-1].total // work[-1].outputs
     for w in work:
-        if w.outputs * tiles > MAX_RECOMPUTE * w.total:
-            return (f"block '{w.name}' would compute {w.outputs * tiles / w.total:.1f}x its outputs "
-                    "(a tile that cuts what it reads, or an index map TVM's region inference does not invert)")
+        if w.recompute > MAX_RECOMPUTE:
+            return (f"block '{w.name}' would compute {w.recompute:.1f}x its outputs (a tile that cuts what it "
+                    "reads, an index map TVM's region inference does not invert, or border tiles mostly padding)")
     shared = sum(w.shared_bytes() for w in work)
     if shared > shared_limit:
         return f"{shared} B of shared memory per block exceed {shared_limit} B"

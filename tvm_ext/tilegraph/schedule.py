@@ -6,7 +6,8 @@ paper's kernel stitching):
 * **register connection** — the plan's ``inline`` blocks are ``compute_inline``-d into their
   consumers (an elementwise producer recomputed where it is read);
 * **top-level tile** — the output block's spatial loops are split by ``output_tile``; the tile
-  loops, fused, are ``blockIdx.x``;
+  loops, fused, are ``blockIdx.x``. A tile that does not divide the output (ViT's 197 tokens) is
+  cut at the border: TVM predicates the border tiles' loops (Welder pads tiles instead);
 * **shared connection** — every other block is computed per tile (``compute_at`` at the block
   loop; TVM's region inference gives exactly Welder's propagated tile) into a ``shared`` buffer;
   TVM's lowering merges the shared buffers into one pool (``MergeSharedMemoryAllocations``) and
@@ -72,6 +73,15 @@ class BlockWork:
     output_block: bool = False
     #: A contraction: how it maps onto tensor-core fragments, or why it does not (None otherwise).
     wmma: WmmaFit | str | None = None
+    #: Tiles of the kernel (its grid): the product of ``ceil(extent / tile)`` over the output.
+    tiles: int = 1
+
+    @property
+    def recompute(self) -> float:
+        """How many times the grid computes each of its outputs: more than 1 where producer tiles
+        overlap (halos, index maps TVM's region inference does not invert) or border tiles are
+        cut (their predicated-off part counted)."""
+        return self.outputs * self.tiles / self.total
 
     @property
     def tensor_core(self) -> bool:
@@ -147,7 +157,8 @@ def _extent(sch, loop) -> int:
 
 
 def _tiled(func: tirx.PrimFunc, plan: TilePlan):
-    """The schedule after inlining, output tiling and ``compute_at``: (schedule, block loop, names)."""
+    """The schedule after inlining, output tiling and ``compute_at``: (schedule, block loop, names,
+    tiles, whether border tiles are cut)."""
     names = _anatomy(func, plan.inline)
     sch = tvm.s_tir.Schedule(func)
     for name in plan.inline:
@@ -156,11 +167,13 @@ def _tiled(func: tirx.PrimFunc, plan: TilePlan):
     spatial, reduce = _spatial_and_reduce(sch, root, list(sch.get_loops(root)))
     if len(spatial) != len(plan.output_tile):
         raise TileScheduleError(f"output tile {plan.output_tile} for {len(spatial)} output dimensions")
-    outer, inner = [], []
+    outer, inner, tiles, cut = [], [], 1, False
     for loop, size in zip(spatial, plan.output_tile):
         extent = _extent(sch, loop)
-        if size <= 0 or extent % size:
-            raise TileScheduleError(f"tile {plan.output_tile} does not divide the output (dimension {extent})")
+        if not 0 < size <= extent:
+            raise TileScheduleError(f"tile {plan.output_tile} does not fit the output (dimension {extent})")
+        tiles *= -(-extent // size)
+        cut = cut or extent % size != 0
         o, i = sch.split(loop, [None, size])
         outer.append(o)
         inner.append(i)
@@ -170,7 +183,7 @@ def _tiled(func: tirx.PrimFunc, plan: TilePlan):
         block = sch.get_sblock(name)
         sch.set_scope(block, 0, plan.shared_scope)
         sch.compute_at(block, bx)
-    return sch, bx, names
+    return sch, bx, names, tiles, cut
 
 
 def _below(sch, block, anchor) -> list:
@@ -202,20 +215,20 @@ def tile_work(func: tirx.PrimFunc, output_tile: tuple[int, ...], inline: tuple[s
     Raises
     ------
     TileScheduleError
-        The function is not a one-output kernel, or the tile does not divide its output.
+        The function is not a one-output kernel, or the tile does not fit its output.
     """
     totals = _totals(func)
     try:
-        sch, bx, names = _tiled(func, TilePlan(tuple(output_tile), WARP, tuple(inline)))
+        sch, bx, names, tiles, cut = _tiled(func, TilePlan(tuple(output_tile), WARP, tuple(inline)))
         out = []
         for name in names:
             block = sch.get_sblock(name)
             spatial, reduce = _spatial_and_reduce(sch, block, _below(sch, block, bx))
             contraction = is_contraction(sch.get(block))
             red = is_reduction(sch.get(block)) and not contraction
-            fit = _fit(sch, block, spatial, reduce) if contraction else None
+            fit = _fit(sch, block, spatial, reduce, cut) if contraction else None
             out.append(BlockWork(name, math.prod(_extent(sch, lp) for lp in spatial), red, *totals[name],
-                                 output_block=name == names[-1], wmma=fit))
+                                 output_block=name == names[-1], wmma=fit, tiles=tiles))
     except TVM_ERRORS as err:
         raise TileScheduleError(f"cannot tile: {str(err).strip().splitlines()[0][:300]}") from None
     return out
@@ -248,14 +261,21 @@ def _bind(sch, block, anchor, ty: int) -> None:
         sch.reverse_compute_at(write_back, x)
 
 
-def _fit(sch, block, spatial: list, reduce: list) -> WmmaFit | str:
-    """:func:`~tvm_ext.tilegraph.tensor_core.wmma_fit` of ``block`` with its loops under the tile."""
+#: Why a contraction of a kernel with cut border tiles stays SIMT.
+CUT_TILE = "the tile does not divide the output (a cut border tile has no whole WMMA fragments)"
+
+
+def _fit(sch, block, spatial: list, reduce: list, cut: bool) -> WmmaFit | str:
+    """:func:`~tvm_ext.tilegraph.tensor_core.wmma_fit` of ``block`` with its loops under the tile
+    (refused where border tiles are cut: their loops are predicated)."""
+    if cut:
+        return CUT_TILE
     return wmma_fit(sch, block, _realize(sch, block), spatial, reduce, lambda lp: _extent(sch, lp))
 
 
-def _bind_wmma(sch, block, anchor, ty: int, shared_scope: str) -> list:
+def _bind_wmma(sch, block, anchor, ty: int, shared_scope: str, cut: bool) -> list:
     spatial, reduce = _spatial_and_reduce(sch, block, _below(sch, block, anchor))
-    fit = _fit(sch, block, spatial, reduce)
+    fit = _fit(sch, block, spatial, reduce, cut)
     if isinstance(fit, str):
         raise TileScheduleError(f"block '{sch.get(block).name_hint}' cannot run on tensor cores: {fit}")
     if fit.fragments % ty:
@@ -281,7 +301,7 @@ def build_tile_schedule(func: tirx.PrimFunc, plan: TilePlan, *, tensorize: bool 
         raise TileScheduleError(f"threads must be a multiple of {WARP} up to {THREAD_CHOICES[0]}, got {plan.threads}")
     ty = plan.threads // WARP
     try:
-        sch, bx, names = _tiled(func, plan)
+        sch, bx, names, _, cut = _tiled(func, plan)
         unknown = sorted(set(plan.tensor_core) - set(names))
         if unknown:
             raise TileScheduleError(f"the plan puts blocks on tensor cores the kernel does not have: {unknown}")
@@ -289,7 +309,7 @@ def build_tile_schedule(func: tirx.PrimFunc, plan: TilePlan, *, tensorize: bool 
         stages = []
         for name in names:
             if name in plan.tensor_core:
-                stages += _bind_wmma(sch, sch.get_sblock(name), bx, ty, plan.shared_scope)
+                stages += _bind_wmma(sch, sch.get_sblock(name), bx, ty, plan.shared_scope, cut)
             else:
                 _bind(sch, sch.get_sblock(name), bx, ty)
         if tensorize:
