@@ -11,11 +11,11 @@ compile time and, for spine presets, the selection's time and notes. Nothing is 
 
 With ``--check`` the exit status is 1 unless, on every model, ``full``'s modelled time is at
 most the best of the other presets and its launches at most ``baseline``'s (the issue's bar).
-``--table`` prints the markdown table of a results file (no builds). ``--ablate GENERATOR`` also
-builds every listed preset that has that generator without it (rows named
-``<preset>-without-<generator>``), e.g. ``full`` with and without ``tilegraph``'s candidates::
+``--table`` prints the markdown table of a results file (no builds). ``--ablate PRESET:GENERATOR``
+also builds the preset without that generator (a row named ``<preset>-without-<generator>``),
+e.g. ``full`` with and without ``tilegraph``'s candidates::
 
-    python3 scripts/compare_suite.py --presets stitch tilegraph full --ablate tilegraph
+    python3 scripts/compare_suite.py --presets stitch tilegraph full --ablate full:tilegraph
 """
 from __future__ import annotations
 
@@ -47,18 +47,15 @@ def _commit() -> str:
 
 
 def with_ablations(names: list[str], ablate: list[str]) -> list[Preset]:
-    """The presets ``names``, each followed by itself without each generator of ``ablate`` it has."""
-    unknown = [g for g in ablate if not any(g in get_preset(n).generators for n in names)]
-    if unknown:
-        raise PresetError(f"--ablate {' '.join(unknown)}: no preset of {names} has that generator")
-    presets = []
-    for name in names:
+    """The presets ``names``, then each ``PRESET:GENERATOR`` of ``ablate`` as the preset without it."""
+    presets = [get_preset(n) for n in names]
+    for spec in ablate:
+        name, _, gen = spec.partition(":")
         preset = get_preset(name)
-        presets.append(preset)
-        for gen in ablate:
-            if gen in preset.generators:
-                presets.append(dataclasses.replace(preset, name=f"{name}-without-{gen}",
-                                                   generators=tuple(g for g in preset.generators if g != gen)))
+        if gen not in preset.generators:
+            raise PresetError(f"--ablate {spec}: preset '{name}' has no generator '{gen}' ({preset.generators})")
+        presets.append(dataclasses.replace(preset, name=f"{name}-without-{gen}",
+                                           generators=tuple(g for g in preset.generators if g != gen)))
     return presets
 
 
@@ -140,8 +137,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("models", nargs="*", help="skeleton names or ONNX paths (default: every skeleton)")
     parser.add_argument("--presets", nargs="+", default=list(PRESETS))
-    parser.add_argument("--ablate", nargs="+", default=[], metavar="GENERATOR",
-                        help="also build each preset that has GENERATOR without it")
+    parser.add_argument("--ablate", nargs="+", default=[], metavar="PRESET:GENERATOR",
+                        help="also build PRESET without GENERATOR")
     parser.add_argument("--target", default="tvm_ext/h100")
     parser.add_argument("--fp32", action="store_true", help="keep fp32 (default: convert to fp16)")
     parser.add_argument("--out", type=Path, default=None, help="append one JSON line per model x preset here")
