@@ -52,6 +52,9 @@ class AccessMap:
     scratch_shapes: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
     scratch_dtypes: Mapping[str, str] = field(default_factory=dict)
     exact: bool = True
+    #: Regions already derived, by (kind, output region, interior): tile enumeration and graph
+    #: connecting propagate the same tiles through the same node many times.
+    _memo: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @property
     def inputs(self) -> tuple[str, ...]:
@@ -124,12 +127,16 @@ class AccessMap:
 
     def input_regions(self, out_region: Region, interior: bool = False) -> dict[str, Region]:
         """Region of every input (empty for inputs this output does not read)."""
-        self._check_region(out_region)
-        if out_region.is_empty:
-            return {n: Region.empty(len(s)) for n, s in self.input_shapes.items()}
-        analyzer = self._analyzer(out_region)
-        return {n: self._region(self.accesses.get(n, ()), shape, analyzer, interior)
-                for n, shape in self.input_shapes.items()}
+        key = ("input", out_region, interior)
+        if key not in self._memo:
+            self._check_region(out_region)
+            if out_region.is_empty:
+                self._memo[key] = {n: Region.empty(len(s)) for n, s in self.input_shapes.items()}
+            else:
+                analyzer = self._analyzer(out_region)
+                self._memo[key] = {n: self._region(self.accesses.get(n, ()), shape, analyzer, interior)
+                                   for n, shape in self.input_shapes.items()}
+        return dict(self._memo[key])
 
     def scratch_regions(self, out_region: Region, interior: bool = False) -> dict[str, Region]:
         """Regions of the function's intermediate buffers (softmax's max/exp/sum) for ``out_region``."""
