@@ -36,13 +36,14 @@ from __future__ import annotations
 import dataclasses
 import logging
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from ..errors import AnalysisError
 from ..graph import has_contraction, is_reduction, sblocks
 from ..select.candidate import Candidate, CodePath, LaunchShape, boundary_bytes
 from ..select.context import SelectionContext
 from ..select.emit import EmitError
-from .enumerate import enumerate_tiles
+from .enumerate import TileCandidate, enumerate_tiles
 from .plans import TilePlan
 from .schedule import WARP, BlockWork, TileScheduleError, gcd_threads, tile_work
 from .tile_graph import ConnectLevel, TileGraph
@@ -149,45 +150,68 @@ def plan_group(ctx: SelectionContext, members: tuple[int, ...]) -> TilePlan | st
                                      shared_capacity=ctx.device.max_shared_memory_per_block_optin)
         except (AnalysisError, EmitError) as err:      # TileGraphError is an AnalysisError
             return str(err)
-        refused = "no output tile fits shared memory"
-        buildable = []
-        for rank, cand in enumerate(ranked[:TILES_TRIED]):
-            try:
-                work = tile_work(func, cand.output_tile, inline)
-            except TileScheduleError as err:
-                refused = str(err)
-                continue
-            problem = ""
-            for option in (work, _simt(work)) if any(w.tensor_core for w in work) else (work,):
-                problem = _unbuildable(option, ctx.device.max_shared_memory_per_block_optin)
-                if not problem:
-                    simt = sum(1 for w in option if w.wmma is not None and not w.tensor_core)
-                    padding = option[-1].recompute
-                    buildable.append((_overlap(option), simt, cand.score * padding, rank, padding, cand, option))
-                    break
-            if problem:
-                refused = f"tile {cand.output_tile}: {problem}"
-                continue
-            if buildable[-1][:2] == (1.0, 0) and buildable[-1][4] == 1.0:
-                break   # no recomputation, no SIMT GEMM, no padding: no later (worse-scored) tile does better
-        if buildable:   # the least recomputation, then the fewest SIMT GEMMs (Welder's ranking sees neither),
-            # then Welder's score times the padding of cut border tiles (tiles x tile / output, 208/197 for
-            # 16 of ViT's 197 tokens; *assumed*: the predicated-off threads idle as if the grid were that
-            # much larger), then rank
-            _, simt, _, _, _, cand, work = min(buildable, key=lambda b: b[:4])
-            root = work[-1]
-            tensor_core = tuple(w.name for w in work if w.tensor_core)
-            code_path = "simt_contraction" if simt else "wmma_tile" if tensor_core else "simt"
-            shared = sum(w.shared_bytes() for w in work)
-            return TilePlan(output_tile=cand.output_tile, threads=gcd_threads(work), inline=inline,
-                            grid=root.tiles, shared_bytes=shared,
-                            traffic_bytes=cand.global_bytes,
-                            levels=tuple((e.tensor, tg.connect_level(e).label) for e in tg.edges),
-                            code_path=code_path, tensor_core=tensor_core,
-                            dynamic_shared=shared > ctx.device.max_shared_memory_per_block)
-        return refused
+        best = _best_buildable(ranked, func, inline, ctx.device.max_shared_memory_per_block_optin)
+        if isinstance(best, str):
+            return best
+        work = best.work
+        tensor_core = tuple(w.name for w in work if w.tensor_core)
+        code_path = "simt_contraction" if best.simt else "wmma_tile" if tensor_core else "simt"
+        shared = sum(w.shared_bytes() for w in work)
+        return TilePlan(output_tile=best.cand.output_tile, threads=gcd_threads(work), inline=inline,
+                        grid=work[-1].tiles, shared_bytes=shared, traffic_bytes=best.cand.global_bytes,
+                        levels=tuple((e.tensor, tg.connect_level(e).label) for e in tg.edges),
+                        code_path=code_path, tensor_core=tensor_core,
+                        dynamic_shared=shared > ctx.device.max_shared_memory_per_block)
 
     return ctx.memo(("tilegraph", ctx.signature(members)), plan)
+
+
+class _Buildable(NamedTuple):
+    """A ranked tile the builder can realize, with the block work of the option that builds."""
+
+    overlap: float      # recomputation apart from padding (:func:`_overlap`)
+    simt: int           # contractions left one output per thread
+    padding: float      # tiles x tile / output (1.0: the tile divides the output)
+    rank: int           # Welder's rank
+    cand: TileCandidate
+    work: list[BlockWork]
+
+    def key(self) -> tuple:
+        """The least recomputation, then the fewest SIMT GEMMs (Welder's ranking sees neither), then
+        Welder's score times the padding of cut border tiles (208/197 for 16 of ViT's 197 tokens;
+        *assumed*: the predicated-off threads idle as if the grid were that much larger), then rank."""
+        return self.overlap, self.simt, self.cand.score * self.padding, self.rank
+
+    @property
+    def ideal(self) -> bool:
+        """No recomputation, no SIMT GEMM, no padding: no later (worse-scored) tile does better."""
+        return self.overlap == 1.0 and self.simt == 0 and self.padding == 1.0
+
+
+def _best_buildable(ranked: list[TileCandidate], func, inline: tuple[str, ...],
+                    shared_limit: int) -> "_Buildable | str":
+    """The best of the first :data:`TILES_TRIED` ranked tiles the builder can realize (by
+    :meth:`_Buildable.key`), or why none."""
+    refused = "no output tile fits shared memory"
+    buildable: list[_Buildable] = []
+    for rank, cand in enumerate(ranked[:TILES_TRIED]):
+        try:
+            work = tile_work(func, cand.output_tile, inline)
+        except TileScheduleError as err:
+            refused = str(err)
+            continue
+        problem = ""
+        for option in (work, _simt(work)) if any(w.tensor_core for w in work) else (work,):
+            problem = _unbuildable(option, shared_limit)
+            if not problem:
+                simt = sum(1 for w in option if w.wmma is not None and not w.tensor_core)
+                buildable.append(_Buildable(_overlap(option), simt, option[-1].recompute, rank, cand, option))
+                break
+        if problem:
+            refused = f"tile {cand.output_tile}: {problem}"
+        elif buildable[-1].ideal:
+            break
+    return min(buildable, key=_Buildable.key) if buildable else refused
 
 
 def _simt(work: list[BlockWork]) -> list[BlockWork]:
