@@ -72,7 +72,7 @@ def model_rows(path: Path, presets: list[Preset], target: str, fp16: bool) -> li
         except (TvmExtError, *TVM_ERRORS) as err:  # a failed build is a row, not the end of the suite
             row["error"] = f"{type(err).__name__}: {err}"
             rows.append(row)
-            log.error("%s %s: %s", path.stem, preset, row["error"])
+            log.error("%s %s: %s", path.stem, preset.name, row["error"])
             continue
         sel = rep.selection.get("main", {})
         row.update(device=rep.device, launches=rep.kernels, distinct_kernels=rep.distinct_kernels,
