@@ -55,6 +55,14 @@ def refused_kernels(graph: tvm.IRModule, scheduled: tvm.IRModule) -> dict[str, t
     return refused
 
 
+def unscheduled_fallbacks(scheduled: tvm.IRModule) -> list[str]:
+    """Kernels :class:`ApplyPlans` left to dlight that dlight could not schedule either (they
+    would fail the build)."""
+    return sorted(gv.name_hint for gv, func in scheduled.functions_items()
+                  if isinstance(func, tirx.PrimFunc) and func.attrs is not None and FALLBACK_ATTR in func.attrs
+                  and not bool(func.attrs.get("tirx.is_scheduled", False)))
+
+
 def _ws_type(buf) -> relax.TensorType:
     return relax.TensorType([int(d) for d in buf.ty.shape], str(buf.ty.dtype))
 
@@ -170,4 +178,4 @@ class ApplyPlans:
         return add_workspace_outputs(mod, workspaces) if workspaces else mod
 
 
-__all__ = ["ApplyPlans", "add_workspace_outputs", "lowering_problem", "refused_kernels"]
+__all__ = ["ApplyPlans", "add_workspace_outputs", "lowering_problem", "refused_kernels", "unscheduled_fallbacks"]

@@ -54,7 +54,7 @@ from ..select.origin import RecordOrigin
 from ..select.select_pass import SelectKernels
 from ..select.selector import PrioritySelector
 from ..subprogram import HorizontalMatmul
-from .apply_plans import ApplyPlans, refused_kernels
+from .apply_plans import ApplyPlans, refused_kernels, unscheduled_fallbacks
 from .graph_choice import FISSION_ATTR, HORIZONTAL_CHOICE_ATTR, CheaperOf
 from .presets import Preset, get_preset
 
@@ -281,11 +281,17 @@ def build(mod: tvm.IRModule, target: tvm.target.Target, preset: str | Preset = "
             scheduled = _run(stages.schedule, graph, f"tvm_ext.{p.name}.schedule")
             seconds["schedule"] += time.perf_counter() - start
             refused = refused_kernels(graph, scheduled) if p.selector == "blp" and stages.schedule else {}
-            if not refused or set(refused) <= set(excluded) or round_ == MAX_RESELECTIONS + 1:
+            if not refused or round_ == MAX_RESELECTIONS + 1:
                 break
-            if round_ == MAX_RESELECTIONS:
+            # excluding a refused kernel by its key can fail to keep it out: the selection's key is
+            # taken on the candidate's own fusion, and the module's FuseTIR can make another function
+            # of the same nodes (ConvNeXt's add -> transpose -> layer norm, ill-formed only there)
+            stuck = set(refused) <= set(excluded)
+            if stuck and not unscheduled_fallbacks(scheduled):
+                break   # dlight built what was refused again
+            if stuck or round_ == MAX_RESELECTIONS:
                 # the fallback of a refused kernel may not build either (a dlight-built set whose
-                # dlight schedule is what failed): a last round without the generators still failing
+                # dlight schedule is what failed): a round without the generators still failing
                 failing = sorted({gen for gen, _ in refused.values()})
                 logger.warning("re-selecting without the candidates of %s: their kernels kept failing to "
                                "schedule", ", ".join(failing))

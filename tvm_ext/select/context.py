@@ -199,11 +199,9 @@ def fuse_nodes(mod: tvm.IRModule, func_name: str, nodes: Sequence[int], recomput
         first = (str(err).strip().splitlines() or [""])[0]
         raise EmitError(f"TVM's FuseTIR cannot fuse these {len(nodes)} nodes: {first[:200]}") from None
     func = fused[given[0]]
-    # one value read through two views (e.g. reshapes) can come out as one buffer, or one buffer
-    # variable, in two parameters (ConvNeXt's add -> transpose -> layer norm); TVM's
-    # verify_well_formed would name it but crashes on some FuseTIR results
-    defs = [v for p in func.params for v in (p, getattr(p, "data", None)) if v is not None]
-    if any(a.same_as(b) for i, a in enumerate(defs) for b in defs[i + 1:]):
+    params = list(func.params)
+    if any(a.same_as(b) for i, a in enumerate(params) for b in params[i + 1:]):
+        # one value read through two views (e.g. reshapes) can come out as one buffer in two params
         raise EmitError(f"TVM's FuseTIR made an ill-formed function of these {len(nodes)} nodes "
                         "(one buffer bound to two parameters)")
     return func
