@@ -60,7 +60,7 @@ def unscheduled_fallbacks(scheduled: tvm.IRModule) -> list[str]:
     would fail the build)."""
     return sorted(gv.name_hint for gv, func in scheduled.functions_items()
                   if isinstance(func, tirx.PrimFunc) and func.attrs is not None and FALLBACK_ATTR in func.attrs
-                  and not bool(func.attrs.get("tirx.is_scheduled", False)))
+                  and not is_scheduled(func))
 
 
 def _ws_type(buf) -> relax.TensorType:

@@ -169,12 +169,24 @@ def plan_group(ctx: SelectionContext, members: tuple[int, ...]) -> TilePlan | st
 class _Buildable(NamedTuple):
     """A ranked tile the builder can realize, with the block work of the option that builds."""
 
-    overlap: float      # recomputation apart from padding (:func:`_overlap`)
-    simt: int           # contractions left one output per thread
-    padding: float      # tiles x tile / output (1.0: the tile divides the output)
     rank: int           # Welder's rank
     cand: TileCandidate
     work: list[BlockWork]
+
+    @property
+    def overlap(self) -> float:
+        """Recomputation apart from padding (:func:`_overlap`)."""
+        return _overlap(self.work)
+
+    @property
+    def simt(self) -> int:
+        """Contractions left one output per thread."""
+        return sum(1 for w in self.work if w.wmma is not None and not w.tensor_core)
+
+    @property
+    def padding(self) -> float:
+        """``tiles x tile / output`` of the output block (1.0: the tile divides the output)."""
+        return self.work[-1].recompute
 
     def key(self) -> tuple:
         """The least recomputation, then the fewest SIMT GEMMs (Welder's ranking sees neither), then
@@ -204,8 +216,7 @@ def _best_buildable(ranked: list[TileCandidate], func, inline: tuple[str, ...],
         for option in (work, _simt(work)) if any(w.tensor_core for w in work) else (work,):
             problem = _unbuildable(option, shared_limit)
             if not problem:
-                simt = sum(1 for w in option if w.wmma is not None and not w.tensor_core)
-                buildable.append(_Buildable(_overlap(option), simt, option[-1].recompute, rank, cand, option))
+                buildable.append(_Buildable(rank, cand, option))
                 break
         if problem:
             refused = f"tile {cand.output_tile}: {problem}"

@@ -38,6 +38,7 @@ import tvm_ffi
 from tvm import tirx
 from tvm.s_tir import SBlockRealize
 
+from ..analysis import num_tiles
 from ..errors import TVM_ERRORS, TvmExtError
 from ..graph import element_bytes, is_contraction, is_reduction, sblocks
 from .plans import TilePlan
@@ -167,13 +168,11 @@ def _tiled(func: tirx.PrimFunc, plan: TilePlan):
     spatial, reduce = _spatial_and_reduce(sch, root, list(sch.get_loops(root)))
     if len(spatial) != len(plan.output_tile):
         raise TileScheduleError(f"output tile {plan.output_tile} for {len(spatial)} output dimensions")
-    outer, inner, tiles, cut = [], [], 1, False
+    extents = [_extent(sch, loop) for loop in spatial]
+    if not all(0 < size <= extent for size, extent in zip(plan.output_tile, extents)):
+        raise TileScheduleError(f"tile {plan.output_tile} does not fit the output {tuple(extents)}")
+    outer, inner = [], []
     for loop, size in zip(spatial, plan.output_tile):
-        extent = _extent(sch, loop)
-        if not 0 < size <= extent:
-            raise TileScheduleError(f"tile {plan.output_tile} does not fit the output (dimension {extent})")
-        tiles *= -(-extent // size)
-        cut = cut or extent % size != 0
         o, i = sch.split(loop, [None, size])
         outer.append(o)
         inner.append(i)
@@ -183,7 +182,8 @@ def _tiled(func: tirx.PrimFunc, plan: TilePlan):
         block = sch.get_sblock(name)
         sch.set_scope(block, 0, plan.shared_scope)
         sch.compute_at(block, bx)
-    return sch, bx, names, tiles, cut
+    cut = any(extent % size for size, extent in zip(plan.output_tile, extents))
+    return sch, bx, names, num_tiles(extents, plan.output_tile), cut
 
 
 def _below(sch, block, anchor) -> list:
