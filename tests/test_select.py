@@ -7,6 +7,7 @@ of every launch, and the CPU oracle agrees with the baseline.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -163,6 +164,45 @@ def test_a_chosen_kernel_that_fails_to_schedule_is_reselected_away():
     (dropped,) = [d for d in selection["dropped"] if d["generator"] == "test_refusing"]
     assert "failed to schedule in an earlier round" in dropped["reason"] and "never builds" in dropped["reason"]
     assert selection["chosen"] == {"dlight": selection["chosen"]["dlight"]}
+
+
+class Returning(Refusing):
+    """:class:`Refusing`, whose selection key differs from the key of the function the module's
+    ``FuseTIR`` makes of the same nodes (ConvNeXt-T's add -> transpose -> layer norm did that):
+    excluding the refused kernel by its key does not keep it out of the next selection."""
+
+    def __init__(self):
+        self.rounds = 0
+
+    def candidates(self, ctx: SelectionContext):
+        self.rounds += 1
+        return [dataclasses.replace(c, key=f"{c.key}-selection-{self.rounds}") for c in super().candidates(ctx)]
+
+
+@pytest.mark.parametrize("dlight_builds", [True, False], ids=["dlight_builds_it", "dlight_fails_too"])
+def test_a_refused_kernel_that_comes_back_is_built_by_dlight_or_its_generator_dropped(monkeypatch, dlight_builds):
+    import tvm_ext.driver.stages as stages
+
+    if not dlight_builds:          # as if dlight could not schedule the fallback either
+        monkeypatch.setattr(stages, "unscheduled_fallbacks", lambda scheduled: sorted(
+            gv.name_hint for gv, f in scheduled.functions_items()
+            if isinstance(f, tirx.PrimFunc) and f.attrs is not None and FALLBACK_ATTR in f.attrs))
+    gen = Returning()
+    register_generator(gen)
+    try:
+        preset = Preset("test_returning", "test", generators=("test_refusing", "dlight"), selector="blp")
+        staged = build(Small, H100, preset)
+    finally:
+        unregister_generator("test_refusing")
+    fallbacks = [f for _, f in staged.scheduled.functions_items()
+                 if isinstance(f, tirx.PrimFunc) and f.attrs is not None and FALLBACK_ATTR in f.attrs]
+    selection = json.loads(str(staged.graph.attrs[SELECTION_ATTR]))["main"]
+    if dlight_builds:      # round 2 chose it again, dlight scheduled it: built as a reported fallback
+        assert gen.rounds == 2 and len(fallbacks) == 1 and planned_by(staged.scheduled, "test_refusing")
+        assert "never builds" in str(fallbacks[0].attrs[FALLBACK_ATTR])
+    else:                  # round 3 selected without the generator
+        assert gen.rounds == 2 and not fallbacks and not planned_by(staged.scheduled, "test_refusing")
+        assert selection["chosen"] == {"dlight": selection["chosen"]["dlight"]}
 
 
 def test_registry_rejects_duplicates_and_unknown_names():
