@@ -6,7 +6,6 @@ sm_80 and sm_90 through the ``tilegraph`` preset.
 """
 from __future__ import annotations
 
-import dataclasses
 import math
 
 import numpy as np
@@ -23,7 +22,6 @@ from tvm_ext.hardware import load_device
 from tvm_ext.inspect import inspect
 from tvm_ext.select import SelectionContext
 from tvm_ext.select.analytic import AnalyticCostModel
-from tvm_ext.select.candidate import CodePath
 from tvm_ext.select.context import fuse_nodes
 from tvm_ext.testing.oracle import run_cpu
 from tvm_ext.testing.thread_serial import compare_scheduled

@@ -137,8 +137,9 @@ def traffic(graph: OpGraph, members: int | Iterable[int],
         if name in inputs:
             role, moved = "input", count * tile_bytes
             load += moved
-        elif name in outputs:
-            role, moved = "output", count * tile_bytes
+        elif name in outputs:     # its tile is stored; readers in the group may need (and compute) more
+            stored = tiles[name].nbytes(graph.tensors[name].dtype) if name in tiles else tile_bytes
+            role, moved = "output", count * stored
             store += moved
         else:
             role, moved = "intermediate", 0

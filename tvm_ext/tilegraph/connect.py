@@ -13,8 +13,8 @@ differs):
   shared memory.
 
 Connecting the edge merges the two kernels (groups) it joins. A merged group must stay convex,
-have one escaping output (the schedule builder's kernels store one tensor), fuse into one PrimFunc
-and get a tile: :func:`plan_group` ranks its output tiles with
+have escaping outputs of one shape (the schedule builder tiles every output it stores alike),
+fuse into one PrimFunc and get a tile: :func:`plan_group` ranks its output tiles with
 :func:`~tvm_ext.tilegraph.enumerate_tiles` (Welder's top-k by traffic and waves) and keeps, of those
 the builder can realize, the one recomputing least (then the best ranked), with its thread count
 by the gcd rule; a group holding a zero-size tensor is not planned. A group alone is priced as
@@ -135,8 +135,10 @@ def plan_group(ctx: SelectionContext, members: tuple[int, ...]) -> TilePlan | st
                         if t in graph.tensors and 0 in graph.tensors[t].shape})
         if empty:
             return f"zero-size tensors {empty} have no tile"
-        if len(graph.boundary(members)[1]) != 1:
-            return "a tile kernel stores one output; this group has " + str(len(graph.boundary(members)[1]))
+        outputs = graph.boundary(members)[1]
+        shapes = sorted({graph.tensors[t].shape for t in outputs})
+        if len(shapes) != 1:
+            return f"a tile kernel's outputs share one tile; outputs {outputs} have shapes {shapes}"
         try:
             tg = TileGraph(graph, members)
             for e in tg.edges:

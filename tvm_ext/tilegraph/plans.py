@@ -5,7 +5,8 @@ sub-graph) and says how the schedule builder (:mod:`tvm_ext.tilegraph.schedule`)
 
 * ``output_tile`` — the tile of the kernel's output one thread block computes (Welder's top-level
   tile, chosen by :func:`~tvm_ext.tilegraph.enumerate_tiles`), one extent per spatial iterator
-  of the output block;
+  of the output block; every other output the kernel stores has the output's shape and the
+  same tile;
 * ``threads`` — threads per block (``threads // 32`` warps on ``threadIdx.y``, a warp on
   ``threadIdx.x``), from the gcd rule of Welder §4.1;
 * ``inline`` — blocks inlined into their consumers (register connection);

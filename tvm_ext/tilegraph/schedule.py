@@ -8,6 +8,11 @@ paper's kernel stitching):
 * **top-level tile** — the output block's spatial loops are split by ``output_tile``; the tile
   loops, fused, are ``blockIdx.x``. A tile that does not divide the output (ViT's 197 tokens) is
   cut at the border: TVM predicates the border tiles' loops (Welder pads tiles instead);
+* **more outputs** — a kernel may store further tensors of the output's shape (a residual sum
+  that its layer norm also reads): each such block writes its tile into shared memory like any
+  producer (``cache_write``, its readers in the kernel read the shared copy), and a copy block
+  tiled exactly as the output, its tile loop merged into the output's (``merge``), stores it. The
+  tiles of the copy cover the tensor by construction, whatever the readers in the kernel need;
 * **shared connection** — every other block is computed per tile (``compute_at`` at the block
   loop; TVM's region inference gives exactly Welder's propagated tile) into a ``shared`` buffer;
   TVM's lowering merges the shared buffers into one pool (``MergeSharedMemoryAllocations``) and
@@ -32,6 +37,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import tvm
 import tvm_ffi
@@ -71,7 +77,8 @@ class BlockWork:
     row_reduction: bool
     total: int
     itemsize: int
-    output_block: bool = False
+    #: The block stores a kernel output to global memory (no shared buffer of its own).
+    stores: bool = False
     #: A contraction: how it maps onto tensor-core fragments, or why it does not (None otherwise).
     wmma: WmmaFit | str | None = None
     #: Tiles of the kernel (its grid): the product of ``ceil(extent / tile)`` over the output.
@@ -98,29 +105,35 @@ class BlockWork:
         return self.outputs * (WARP if self.row_reduction else 1)
 
     def shared_bytes(self, tensor_core: bool = True) -> int:
-        """Shared memory of its per-tile buffer (none for the output block, which stores to global),
+        """Shared memory of its per-tile buffer (none for a block storing an output to global),
         plus, on tensor cores, the operands it stages from global memory."""
-        own = 0 if self.output_block else self.outputs * self.itemsize
+        own = 0 if self.stores else self.outputs * self.itemsize
         return own + (self.wmma.staged_bytes if tensor_core and self.tensor_core else 0)
 
 
 
-def _anatomy(func: tirx.PrimFunc, inline: tuple[str, ...]) -> list[str]:
-    """Block names in program order without the inlined ones; the last writes the only output."""
-    blocks = [b for b, _ in sblocks(func)]
-    names = [b.name_hint for b in blocks]
+def _program_order(func: tirx.PrimFunc) -> list[str]:
+    names = [b.name_hint for b, _ in sblocks(func)]
     if len(set(names)) != len(names):
         raise TileScheduleError("block names are not unique")
+    return names
+
+
+def _output_writers(func: tirx.PrimFunc, inline: tuple[str, ...]) -> list[str]:
+    """Blocks writing an output parameter, in program order; the last block of the function is one
+    of them (the tiled output block) and none is inlined."""
+    names = _program_order(func)
     unknown = sorted(set(inline) - set(names))
     if unknown:
         raise TileScheduleError(f"the plan inlines blocks the function does not have: {unknown}")
     params = list(func.params)
-    writers = [b.name_hint for b in blocks if any(w.source.same_as(p) for w in b.writes for p in params)]
-    if len(writers) != 1 or writers[0] != names[-1]:
-        raise TileScheduleError(f"a tile kernel has one output written by its last block; output writers: {writers}")
-    if names[-1] in inline:
-        raise TileScheduleError("the output block cannot be inlined")
-    return [n for n in names if n not in inline]
+    writers = [b.name_hint for b, _ in sblocks(func) if any(w.source.same_as(p) for w in b.writes for p in params)]
+    if not writers or writers[-1] != names[-1]:
+        raise TileScheduleError(f"a tile kernel's last block writes an output; output writers: {writers}")
+    inlined = sorted(set(writers) & set(inline))
+    if inlined:
+        raise TileScheduleError(f"blocks writing an output cannot be inlined: {inlined}")
+    return writers
 
 
 def _realize(sch, block):
@@ -157,33 +170,75 @@ def _extent(sch, loop) -> int:
     return int(ext.value)
 
 
-def _tiled(func: tirx.PrimFunc, plan: TilePlan):
-    """The schedule after inlining, output tiling and ``compute_at``: (schedule, block loop, names,
-    tiles, whether border tiles are cut)."""
-    names = _anatomy(func, plan.inline)
-    sch = tvm.s_tir.Schedule(func)
-    for name in plan.inline:
-        sch.compute_inline(sch.get_sblock(name))
-    root = sch.get_sblock(names[-1])
-    spatial, reduce = _spatial_and_reduce(sch, root, list(sch.get_loops(root)))
-    if len(spatial) != len(plan.output_tile):
-        raise TileScheduleError(f"output tile {plan.output_tile} for {len(spatial)} output dimensions")
+class _Tiled(NamedTuple):
+    """A function after inlining, output staging, output tiling and ``compute_at`` (:func:`_tiled`)."""
+
+    sch: tvm.s_tir.Schedule
+    bx: object                    # the tile loop (LoopRV)
+    names: list[str]              # blocks in program order, the copies and the tiled output block last
+    stores: tuple[str, ...]       # blocks storing an output to global (the copies, then the output block)
+    totals: dict[str, tuple[int, int]]
+    tiles: int
+    cut: bool                     # border tiles are cut
+
+
+def _stage_outputs(sch, writers: list[str], scope: str) -> list[str]:
+    """Each block of ``writers`` computes into a ``scope`` buffer its readers in the kernel read; a
+    copy block (returned, by name) stores it to the output."""
+    copies = []
+    for name in writers:
+        block = sch.get_sblock(name)
+        readers = list(sch.get_consumers(block))
+        copies.append(sch.get(sch.cache_write(block, 0, scope, consumer_blocks=readers)).name_hint)
+    return copies
+
+
+def _tile_loop(sch, block, tile: tuple[int, ...]) -> tuple[object, list[int]]:
+    """Split the spatial loops of ``block`` by ``tile`` (reduction loops innermost) and fuse the
+    tile loops: (the fused tile loop, the spatial extents)."""
+    spatial, reduce = _spatial_and_reduce(sch, block, list(sch.get_loops(block)))
+    if len(spatial) != len(tile):
+        name = sch.get(block).name_hint
+        raise TileScheduleError(f"output tile {tile} for {len(spatial)} output dimensions of '{name}'")
     extents = [_extent(sch, loop) for loop in spatial]
-    if not all(0 < size <= extent for size, extent in zip(plan.output_tile, extents)):
-        raise TileScheduleError(f"tile {plan.output_tile} does not fit the output {tuple(extents)}")
+    if not all(0 < size <= extent for size, extent in zip(tile, extents)):
+        raise TileScheduleError(f"tile {tile} does not fit the output {tuple(extents)}")
     outer, inner = [], []
-    for loop, size in zip(spatial, plan.output_tile):
+    for loop, size in zip(spatial, tile):
         o, i = sch.split(loop, [None, size])
         outer.append(o)
         inner.append(i)
     sch.reorder(*outer, *inner, *reduce)
-    bx = sch.fuse(*outer) if len(outer) > 1 else outer[0]
+    return (sch.fuse(*outer) if len(outer) > 1 else outer[0]), extents
+
+
+def _tiled(func: tirx.PrimFunc, plan: TilePlan) -> _Tiled:
+    """The kernel's schedule up to thread binding (see the module docstring)."""
+    writers = _output_writers(func, plan.inline)
+    sch = tvm.s_tir.Schedule(func)
+    for name in plan.inline:
+        sch.compute_inline(sch.get_sblock(name))
+    copies = _stage_outputs(sch, writers[:-1], plan.shared_scope)
+    staged = sch.mod["main"]
+    anchor = writers[-1]                  # the copies follow it in program order
+    names = [n for n in _program_order(staged) if n not in copies and n != anchor] + [*copies, anchor]
+    bx, extents = _tile_loop(sch, sch.get_sblock(anchor), plan.output_tile)
+    for copy in copies:
+        loop, copy_extents = _tile_loop(sch, sch.get_sblock(copy), plan.output_tile)
+        if copy_extents != extents:
+            raise TileScheduleError(f"output '{copy}' has extents {tuple(copy_extents)}, the tiled output "
+                                    f"{tuple(extents)}: a tile kernel's outputs share one tile")
+        bx = sch.merge(bx, loop)
+    outputs = set(writers[:-1])
     for name in reversed(names[:-1]):
+        if name in copies:
+            continue
         block = sch.get_sblock(name)
-        sch.set_scope(block, 0, plan.shared_scope)
+        if name not in outputs:           # a staged output already computes into its scope buffer
+            sch.set_scope(block, 0, plan.shared_scope)
         sch.compute_at(block, bx)
     cut = any(extent % size for size, extent in zip(plan.output_tile, extents))
-    return sch, bx, names, num_tiles(extents, plan.output_tile), cut
+    return _Tiled(sch, bx, names, (*copies, names[-1]), _totals(staged), num_tiles(extents, plan.output_tile), cut)
 
 
 def _below(sch, block, anchor) -> list:
@@ -210,25 +265,25 @@ def _totals(func: tirx.PrimFunc) -> dict[str, tuple[int, int]]:
 
 
 def tile_work(func: tirx.PrimFunc, output_tile: tuple[int, ...], inline: tuple[str, ...] = ()) -> list[BlockWork]:
-    """Per-tile work of every block of the kernel ``output_tile`` makes of ``func``.
+    """Per-tile work of every block of the kernel ``output_tile`` makes of ``func`` (the tiled
+    output block last).
 
     Raises
     ------
     TileScheduleError
-        The function is not a one-output kernel, or the tile does not fit its output.
+        The function's last block writes no output, or the tile does not fit its outputs.
     """
-    totals = _totals(func)
     try:
-        sch, bx, names, tiles, cut = _tiled(func, TilePlan(tuple(output_tile), WARP, tuple(inline)))
+        t = _tiled(func, TilePlan(tuple(output_tile), WARP, tuple(inline)))
         out = []
-        for name in names:
-            block = sch.get_sblock(name)
-            spatial, reduce = _spatial_and_reduce(sch, block, _below(sch, block, bx))
-            contraction = is_contraction(sch.get(block))
-            red = is_reduction(sch.get(block)) and not contraction
-            fit = _fit(sch, block, spatial, reduce, cut) if contraction else None
-            out.append(BlockWork(name, math.prod(_extent(sch, lp) for lp in spatial), red, *totals[name],
-                                 output_block=name == names[-1], wmma=fit, tiles=tiles))
+        for name in t.names:
+            block = t.sch.get_sblock(name)
+            spatial, reduce = _spatial_and_reduce(t.sch, block, _below(t.sch, block, t.bx))
+            contraction = is_contraction(t.sch.get(block))
+            red = is_reduction(t.sch.get(block)) and not contraction
+            fit = _fit(t.sch, block, spatial, reduce, t.cut) if contraction else None
+            out.append(BlockWork(name, math.prod(_extent(t.sch, lp) for lp in spatial), red, *t.totals[name],
+                                 stores=name in t.stores, wmma=fit, tiles=t.tiles))
     except TVM_ERRORS as err:
         raise TileScheduleError(f"cannot tile: {str(err).strip().splitlines()[0][:300]}") from None
     return out
@@ -301,7 +356,8 @@ def build_tile_schedule(func: tirx.PrimFunc, plan: TilePlan, *, tensorize: bool 
         raise TileScheduleError(f"threads must be a multiple of {WARP} up to {THREAD_CHOICES[0]}, got {plan.threads}")
     ty = plan.threads // WARP
     try:
-        sch, bx, names, _, cut = _tiled(func, plan)
+        t = _tiled(func, plan)
+        sch, bx, names, cut = t.sch, t.bx, t.names, t.cut
         unknown = sorted(set(plan.tensor_core) - set(names))
         if unknown:
             raise TileScheduleError(f"the plan puts blocks on tensor cores the kernel does not have: {unknown}")

@@ -28,8 +28,8 @@ import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from ..analysis import (FootprintReport, Region, TileSpec, TrafficReport, group_members, plan_best_fit,
-                        propagate, tile_buffers, traffic)
+from ..analysis import (FootprintReport, Region, TileSpec, TrafficReport, group_members, output_tile_regions,
+                        plan_best_fit, propagate, tile_buffers, traffic)
 from ..errors import AnalysisError
 from ..graph import OpGraph, components
 from .reduction import matmul_nodes, rstep_regions
@@ -275,7 +275,9 @@ class TileGraph:
         if rstep is not None and (isinstance(rstep, bool) or not isinstance(rstep, int) or rstep <= 0):
             raise TileGraphError(f"rstep must be a positive int or None, got {rstep!r}")
         regions = propagate(self.graph, self.members, output_tile, interior=True)
-        outs = {o: regions[o].extents for o in self.outputs if o in regions}
+        # an output read inside the graph may be computed over more than its tile; its tile is stored
+        requested = output_tile_regions(self.graph, self.members, output_tile)
+        outs = {o: (requested[o] if o in requested else regions[o]).extents for o in self.outputs if o in regions}
         nodes = {i: regions[self.graph.nodes[i].outputs[0]].extents
                  for i in self.members if self.graph.nodes[i].outputs}
         self.config = TileConfig(outs, regions, nodes, rstep)
@@ -309,7 +311,7 @@ class TileGraph:
         result = []
         for group in self.kernels():
             outs = self.graph.boundary(group)[1]
-            tiles = {o: config.regions[o].extents for o in outs}
+            tiles = {o: config.output_tiles.get(o, config.regions[o].extents) for o in outs}
             empty = sorted(o for o, t in tiles.items() if 0 in t)
             if empty:
                 raise TileGraphError(f"kernel {list(group)}: outputs {empty} get an empty tile")
