@@ -286,16 +286,21 @@ def test_tilegraph_preset_numerics_on_the_cpu():
 @pytest.mark.parametrize("make", [lambda: attention(heads=12, seq=128, dim=64, dtype="float16"), mlp,
                                   lambda: mlp(rows=197)], ids=["attention", "mlp", "mlp_cut_tiles"])
 def test_tile_kernels_compile_with_nvcc(target_name, make):
-    from tvm_ext.tir.lowering_check import lowering_problem
-
     target = tvm.target.Target(target_name)
     ctx = _context(make())
     members = tuple(ctx.call_nodes())
     plan = plan_group(ctx, members)
     func = ctx.fused_function(members)
-    scheduled = build_tile_schedule(func, plan)
     (out,) = ctx.graph.boundary(members)[1]
     assert plan.grid == math.prod(-(-e // t) for e, t in zip(ctx.graph.tensors[out].shape, plan.output_tile))
+    compile_one_kernel(build_tile_schedule(func, plan), target)
+
+
+def compile_one_kernel(scheduled: tvm.tirx.PrimFunc, target: tvm.target.Target) -> None:
+    """Lower ``scheduled`` for ``target`` (TVM's lowering check first), check it is one kernel with
+    shared memory, and compile its CUDA source with nvcc."""
+    from tvm_ext.tir.lowering_check import lowering_problem
+
     assert lowering_problem(scheduled, "tile_kernel", target) is None
     with target:
         built = tvm.tirx.build(tvm.IRModule({"tile_kernel": scheduled.with_attr("global_symbol", "tile_kernel")}),

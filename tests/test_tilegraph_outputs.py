@@ -12,13 +12,12 @@ import tvm
 from tvm import relax
 from tvm.script import tirx as T
 
-import tvm_ext.tir as ttir
 from tvm_ext.select.analytic import AnalyticCostModel
 from tvm_ext.testing.thread_serial import compare_scheduled
 from tvm_ext.tilegraph import TilePlan, build_tile_schedule, connect_graph, plan_group, tile_work
-from tvm_ext.toolchain import compile_cuda_source, nvcc_available
+from tvm_ext.toolchain import nvcc_available
 
-from test_tilegraph_kernels import TARGETS, _context
+from test_tilegraph_kernels import TARGETS, _context, compile_one_kernel
 
 
 def residual_norm(rows: int = 8, width: int = 64, dtype: str = "float32") -> tvm.IRModule:
@@ -167,18 +166,8 @@ def test_outputs_of_another_shape_are_refused_by_name():
 @pytest.mark.skipif(not nvcc_available(), reason="nvcc / CUDA toolkit not found")
 @pytest.mark.parametrize("target_name", TARGETS)
 def test_a_two_output_kernel_compiles_with_nvcc(target_name):
-    from tvm_ext.tir.lowering_check import lowering_problem
-
-    target = tvm.target.Target(target_name)
     ctx = _context(residual_norm(rows=128, width=768, dtype="float16"))
     members, func = _whole(ctx)
     plan = plan_group(ctx, members)
     assert isinstance(plan, TilePlan), plan
-    scheduled = build_tile_schedule(func, plan)
-    assert lowering_problem(scheduled, "tile_kernel", target) is None
-    with target:
-        built = tvm.tirx.build(tvm.IRModule({"tile_kernel": scheduled.with_attr("global_symbol", "tile_kernel")}),
-                               target=target, pipeline=ttir.PIPELINE_NAME)
-    src = built.imports[0].inspect_source()
-    assert src.count("__global__ void") == 2 and "__shared__" in src     # one kernel, declared and defined
-    compile_cuda_source(src, target)
+    compile_one_kernel(build_tile_schedule(func, plan), tvm.target.Target(target_name))
