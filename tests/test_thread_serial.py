@@ -11,6 +11,7 @@ import pytest
 import tvm
 import tvm_ffi
 from tvm import tirx
+from tvm.script import tirx as T
 
 from test_stitch_kernels import figure7_module, layer_norm_module, long_rows_module, softmax_module, \
     squeeze_excite_module
@@ -19,7 +20,7 @@ from test_stitch_scope import embedding_graph, remote_graph
 from tvm_ext.driver import graph_passes
 from tvm_ext.driver.apply_plans import ApplyPlans
 from tvm_ext.hardware import device_from_target
-from tvm_ext.testing.thread_serial import call_inputs, compare_scheduled, serialize_threads
+from tvm_ext.testing.thread_serial import KernelCheck, call_inputs, compare_scheduled, serialize_threads
 from tvm_ext.tir import has_grid_sync
 
 TARGET = "tvm_ext/h100"
@@ -84,6 +85,27 @@ def test_a_corrupted_schedule_fails_the_check():
 
     broken = scheduled[name].with_body(tvm_ffi.structural_mutate(scheduled[name].body, (tirx.For, on_for)))
     assert shrunk and not compare_scheduled(fused[name], broken).ok      # the last row tile is never computed
+
+
+@T.prim_func(private=True, s_tir=True)
+def _doubled(a: T.Buffer((T.int64(6),), "float32"), b: T.Buffer((T.int64(6),), "float32")):
+    for i in range(T.int64(6)):
+        with T.sblock("b"):
+            vi = T.axis.spatial(T.int64(6), i)
+            b[vi] = a[vi] * T.float32(2.0)
+
+
+@T.prim_func(private=True, s_tir=True)
+def _doubled_past_the_end(a: T.Buffer((T.int64(6),), "float32"), b: T.Buffer((T.int64(6),), "float32")):
+    T.func_attr({"tirx.noalias": True})
+    for i in range(T.int64(8)):       # a border tile without its predicate: two stores past the end
+        b[i] = a[T.min(i, T.int64(5))] * T.float32(2.0)
+
+
+def test_a_store_past_the_end_of_an_output_fails_the_check_by_name():
+    check = compare_scheduled(_doubled, _doubled_past_the_end, inputs=1)
+    assert not check.ok and check.out_of_bounds == ("b",) and check.max_abs_err == 0.0
+    assert compare_scheduled(_doubled, _doubled, inputs=1) == KernelCheck(True, 0.0, 1, ())
 
 
 def test_schedule_stage_leaves_its_input_alone():

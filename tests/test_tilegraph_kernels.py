@@ -203,6 +203,35 @@ def test_tiles_that_do_not_divide_the_output_cut_the_border_tiles():
         build_tile_schedule(func, TilePlan((1, 1, 16, 32), 128, inline, tensor_core=("matmul",)))
 
 
+def squeeze_excite(channels: int = 144, squeezed: int = 6) -> tvm.IRModule:
+    """EfficientNet's squeeze-excite on a pooled vector: 1x1 conv, bias, Swish, 1x1 conv."""
+    bb = relax.BlockBuilder()
+    t = relax.TensorType
+    x = relax.Var("x", t((1, channels, 1, 1), "float16"))
+    w1, b1 = relax.Var("w1", t((squeezed, channels, 1, 1), "float16")), relax.Var("b1", t((1, squeezed, 1, 1), "float16"))
+    w2 = relax.Var("w2", t((channels, squeezed, 1, 1), "float16"))
+    with bb.function("main", [x, w1, b1, w2]):
+        with bb.dataflow():
+            h = bb.emit(relax.op.add(relax.op.nn.conv2d(x, w1), b1))
+            h = bb.emit(relax.op.multiply(h, relax.op.sigmoid(h)))
+            out = bb.emit_output(relax.op.nn.conv2d(h, w2))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+def test_a_cut_output_contraction_stores_nothing_past_the_end():
+    """144 channels in 128-channel tiles: TVM sizes the output GEMM's register accumulator over the
+    border tile (256 channels) and its write-back has no predicate; the builder accumulates in place
+    there. The guard of the thread-serialized run sees any store past the end."""
+    ctx = _context(squeeze_excite())
+    members = tuple(ctx.call_nodes())
+    func = ctx.fused_function(members)
+    inline = plan_group(ctx, members).inline
+    scheduled = build_tile_schedule(func, TilePlan((1, 128, 1, 1), 128, inline))
+    check = compare_scheduled(func, scheduled, inputs=4)
+    assert check.ok and not check.out_of_bounds, check
+
+
 def test_bad_plans_are_refused():
     func = _whole(WelderSmall)
     with pytest.raises(TileScheduleError, match="does not fit"):

@@ -8,6 +8,10 @@ kernel computes, which catches wrong regions, predicates, inlined index maps and
 A kernel with grid barriers (global scheme) is split at each barrier into one serial block
 loop per stage, which is what the barrier guarantees on the GPU.
 
+Every buffer a run passes has guard bytes behind it; a kernel that writes past the end of a
+parameter (a border tile's store without its predicate) fails the check by name instead of
+corrupting the process's heap.
+
 What it cannot see: data races and missing ``__syncthreads`` (TVM inserts those when it
 lowers), warp-shuffle and cooperative-launch behaviour. Those need a GPU.
 
@@ -20,6 +24,7 @@ Example
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 import tvm
@@ -114,6 +119,8 @@ class KernelCheck:
     ok: bool
     max_abs_err: float
     outputs: int
+    #: Parameters the scheduled kernel wrote past the end of (the check fails).
+    out_of_bounds: tuple[str, ...] = ()
 
 
 def _random_args(func: tirx.PrimFunc, count: int, rng: np.random.Generator) -> list[np.ndarray]:
@@ -132,12 +139,31 @@ def _random_args(func: tirx.PrimFunc, count: int, rng: np.random.Generator) -> l
     return args
 
 
-def _run(func: tirx.PrimFunc, args: list[np.ndarray]) -> list[np.ndarray]:
+#: Guard bytes behind every buffer of a run: at least this many, else as many as the buffer has.
+MIN_GUARD_BYTES = 4096
+_GUARD = 0xA5
+
+
+class _Run(NamedTuple):
+    values: list[np.ndarray]
+    out_of_bounds: tuple[str, ...]     # parameters written past their end
+
+
+def _run(func: tirx.PrimFunc, args: list[np.ndarray]) -> _Run:
+    """Run ``func`` on the CPU; each argument is a view at the start of a larger allocation whose
+    tail (the guard) must come back untouched."""
     lib = tvm.tirx.build(tvm.IRModule({"main": func.with_attr("global_symbol", "main")}),
                          target=tvm.target.Target({"kind": "llvm"}))
-    tensors = [tvm.runtime.tensor(a) for a in args]
-    lib(*tensors)
-    return [t.numpy() for t in tensors]
+    backing, views = [], []
+    for a in args:
+        a = np.ascontiguousarray(a)
+        raw = np.full(a.nbytes + max(MIN_GUARD_BYTES, a.nbytes), _GUARD, dtype=np.uint8)
+        raw[:a.nbytes] = a.reshape(-1).view(np.uint8)
+        backing.append(tvm.runtime.tensor(raw))
+        views.append(backing[-1]._create_view(a.shape, str(a.dtype)))
+    lib(*views)
+    overrun = tuple(p.name for p, t, a in zip(func.params, backing, args) if (t.numpy()[a.nbytes:] != _GUARD).any())
+    return _Run([v.numpy() for v in views], overrun)
 
 
 def call_inputs(mod: tvm.IRModule, name: str) -> int:
@@ -201,11 +227,11 @@ def compare_scheduled(reference: tirx.PrimFunc, scheduled: tirx.PrimFunc, *, inp
     """
     n_in, args, outs, extra, rtol, atol = _setup(reference, scheduled, inputs, seed, rtol, atol)
     n_ref = len(reference.params)
-    expected = _run(reference, args + [o.copy() for o in outs])[n_in:]
-    got = _run(serialize_threads(scheduled), args + [o.copy() for o in outs] + extra)[n_in:n_ref]
-    errors = compare_outputs(list(got), list(expected), rtol=rtol, atol=atol)   # the one policy, per-output scale
+    expected = _run(reference, args + [o.copy() for o in outs]).values[n_in:]
+    run = _run(serialize_threads(scheduled), args + [o.copy() for o in outs] + extra)
+    errors = compare_outputs(run.values[n_in:n_ref], list(expected), rtol=rtol, atol=atol)   # the one policy
     worst = max((e.max_abs_err for e in errors if e.size), default=0.0)
-    return KernelCheck(all(e.ok for e in errors), worst, len(expected))
+    return KernelCheck(all(e.ok for e in errors) and not run.out_of_bounds, worst, len(expected), run.out_of_bounds)
 
 
 def _written(func: tirx.PrimFunc) -> set:
@@ -229,22 +255,23 @@ def compare_stages(reference: tirx.PrimFunc, scheduled: tirx.PrimFunc, stages: l
     ``outputs`` of the result counts the values compared.
     """
     n_in, args, outs, extra, rtol, atol = _setup(reference, scheduled, inputs, seed, rtol, atol)
-    values = _run(serialize_threads(scheduled), args + [o.copy() for o in outs] + extra)
-    value_of = dict(zip(scheduled.params, values))
+    kernel = _run(serialize_threads(scheduled), args + [o.copy() for o in outs] + extra)
+    value_of = dict(zip(scheduled.params, kernel.values))
     got_all, expected_all = [], []
     for stage in stages:
         written = _written(stage)
         if any(p not in value_of for p in stage.params):
             raise TvmExtError("a stage reads a buffer the kernel does not keep as a parameter")
         run = [np.zeros_like(value_of[p]) if p in written else value_of[p].copy() for p in stage.params]
-        results = _run(stage, run)
+        results = _run(stage, run).values
         for p, result in zip(stage.params, results):
             if p in written:
                 got_all.append(value_of[p])
                 expected_all.append(result)
     errors = compare_outputs(got_all, expected_all, rtol=rtol, atol=atol)
     worst = max((e.max_abs_err for e in errors if e.size), default=0.0)
-    return KernelCheck(all(e.ok for e in errors), worst, len(expected_all))
+    return KernelCheck(all(e.ok for e in errors) and not kernel.out_of_bounds, worst, len(expected_all),
+                       kernel.out_of_bounds)
 
 
 __all__ = ["KernelCheck", "call_inputs", "compare_scheduled", "compare_stages", "serialize_threads"]

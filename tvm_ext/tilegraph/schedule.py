@@ -312,8 +312,22 @@ def _bind(sch, block, anchor, ty: int) -> None:
     sch.bind(y, "threadIdx.y")
     sch.bind(x, "threadIdx.x")
     if reduce:                                          # a contraction: accumulate in a register
-        write_back = sch.cache_write(block, 0, "local")
-        sch.reverse_compute_at(write_back, x)
+        _accumulate_in_register(sch, block, x)
+
+
+def _accumulate_in_register(sch, block, thread_loop) -> None:
+    """A contraction accumulates its output in a register (``cache_write`` to ``local``), written
+    back by the same thread; unless TVM sizes that buffer over the cut border tile (the tile loops
+    relaxed without their predicate, EfficientNet's 144 channels in 128-channel tiles gave 256):
+    the write-back would then store past the end of the output, so the block accumulates in place,
+    under its own predicate."""
+    probe = sch.copy()
+    register = probe.get(probe.cache_write(block, 0, "local")).reads[0].source
+    written = sch.get(block).writes[0].source
+    if any(int(r) > int(w) for r, w in zip(register.shape, written.shape)):
+        return
+    write_back = sch.cache_write(block, 0, "local")
+    sch.reverse_compute_at(write_back, thread_loop)
 
 
 #: Why a contraction of a kernel with cut border tiles stays SIMT.
