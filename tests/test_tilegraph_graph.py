@@ -10,6 +10,7 @@ from tvm_ext.graph import OpGraph
 from tvm_ext.tilegraph import (ConnectLevel, Edge, NonConvexError, TileGraph, TileGraphError, UnknownEdgeError,
                                matmul_like, rstep_regions)
 from relax_examples import WelderExample
+from test_tilegraph_kernels import skip_edge
 
 MiB = 2**20
 ROWS, K, COLS = 98304, 64, 128
@@ -92,6 +93,25 @@ def test_non_convex_node_sets_raise(chain):
     assert tg.connect_level((exp, div)) is ConnectLevel.GLOBAL
     tg.set_connect("e", "shared")           # both edges of e: kernel {exp, sum, divide} via e
     assert tg.kernels() == [(exp, sm, div)]
+
+
+def _skip_graph() -> OpGraph:
+    return OpGraph.from_module(relax.transform.LegalizeOps()(skip_edge()))
+
+
+def test_levels_set_together_are_checked_once():
+    graph = _skip_graph()
+    members = list(range(len(graph.nodes)))
+    tg = TileGraph(graph, members)
+    skip = next(e for e in tg.edges if e.producer == 0 and e.consumer == len(members) - 1)
+    with pytest.raises(NonConvexError):             # alone, the skip edge joins exp and the last multiply
+        tg.set_connect(skip, "shared")              # while the path through the other two leaves them
+    assert tg.connect_level(skip) is ConnectLevel.GLOBAL          # undone
+    tg.set_connects({e: "shared" for e in tg.edges})              # the end state is convex
+    assert tg.kernels() == [tuple(members)]
+    with pytest.raises(NonConvexError):
+        tg.set_connects({e: "global" for e in tg.edges if e != skip})
+    assert {tg.connect_level(e) for e in tg.edges} == {ConnectLevel.SHARED}     # all undone
 
 
 def test_hierarchy_per_level(welder, chain):

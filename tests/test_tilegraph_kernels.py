@@ -143,6 +143,20 @@ def mlp(rows: int = 64, width: int = 64) -> tvm.IRModule:
     return bb.get()
 
 
+def skip_edge() -> tvm.IRModule:
+    """``h = exp(x)``, ``v = h * 2 + 1``, ``out = v * h``: a skip edge ``exp -> multiply1`` beside
+    the path through ``multiply`` and ``add`` (a residual, as in NAFNet's blocks)."""
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((64, 64), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            h = bb.emit(relax.op.exp(x))
+            v = bb.emit(relax.op.add(relax.op.multiply(h, relax.const(2.0, "float32")), relax.const(1.0, "float32")))
+            out = bb.emit_output(relax.op.multiply(v, h))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
 def _legal(mod):
     return relax.transform.LegalizeOps()(mod)
 
@@ -230,6 +244,17 @@ def test_a_cut_output_contraction_stores_nothing_past_the_end():
     scheduled = build_tile_schedule(func, TilePlan((1, 128, 1, 1), 128, inline))
     check = compare_scheduled(func, scheduled, inputs=4)
     assert check.ok and not check.out_of_bounds, check
+
+
+def test_a_group_with_a_skip_edge_is_one_kernel():
+    """Its edges' levels are set together: edge by edge, the skip edge alone made a non-convex
+    kernel and the group was refused."""
+    ctx = _context(skip_edge())
+    members = tuple(ctx.call_nodes())
+    plan = plan_group(ctx, members)
+    assert isinstance(plan, TilePlan), plan
+    func = ctx.fused_function(members)
+    assert compare_scheduled(func, build_tile_schedule(func, plan)).ok
 
 
 def test_bad_plans_are_refused():

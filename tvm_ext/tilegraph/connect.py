@@ -141,8 +141,7 @@ def plan_group(ctx: SelectionContext, members: tuple[int, ...]) -> TilePlan | st
             return f"a tile kernel's outputs share one tile; outputs {outputs} have shapes {shapes}"
         try:
             tg = TileGraph(graph, members)
-            for e in tg.edges:
-                tg.set_connect(e, edge_level(ctx, e.producer, e.consumer))
+            tg.set_connects({e: edge_level(ctx, e.producer, e.consumer) for e in tg.edges})
             func = ctx.fused_function(members)
             inline = _inline_blocks(ctx, members)
             # Welder's footprint counts every input tile as staged in shared memory; this builder

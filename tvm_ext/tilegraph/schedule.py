@@ -23,7 +23,8 @@ paper's kernel stitching):
 * **contractions** (the GEMMs inside): those the plan names in ``tensor_core`` run on WMMA
   fragments, one 16x16 output fragment per warp at a time (:mod:`tvm_ext.tilegraph.tensor_core`);
   any other accumulates one output per thread in a register (``cache_write`` to ``local``,
-  written back by the same thread), reduction loop serial: SIMT code.
+  written back by the same thread; in place where TVM would size the register buffer over a cut
+  border tile), reduction loop serial: SIMT code.
 
 :func:`tile_work` reports the per-block work of every block for the gcd rule of the thread count.
 

@@ -220,15 +220,31 @@ class TileGraph:
         NonConvexError
             If the change makes a sub-graph joined by on-chip edges non-convex (it is undone).
         """
-        edges, new = self.resolve(key), ConnectLevel.parse(level)
-        old = {e: self._levels[e] for e in edges}
-        self._levels.update({e: new for e in edges})
+        self.set_connects({key: level})
+
+    def set_connects(self, levels: Mapping[Edge | str | tuple[int, int], ConnectLevel | str | int]) -> None:
+        """Set the connect levels of several edges at once, then check the sub-graphs once.
+
+        Edge by edge, a convex end state can pass through a non-convex one: with a skip edge
+        ``a -> d`` beside ``a -> b -> c -> d``, connecting ``a -> d`` first joins ``a`` and ``d``
+        while the path through ``b`` and ``c`` still leaves them (NAFNet's blocks).
+
+        Raises
+        ------
+        UnknownEdgeError
+            If a key names no edge.
+        NonConvexError
+            If the new levels make a sub-graph joined by on-chip edges non-convex (all are undone).
+        """
+        new = {e: ConnectLevel.parse(level) for key, level in levels.items() for e in self.resolve(key)}
+        old = {e: self._levels[e] for e in new}
+        self._levels.update(new)
         try:
             self._check_partitions()
         except NonConvexError:
             self._levels.update(old)
             raise
-        logger.debug("set_connect %s -> %s", [f"{e.tensor}:{e.producer}->{e.consumer}" for e in edges], new.label)
+        logger.debug("set_connect %s", {f"{e.tensor}:{e.producer}->{e.consumer}": lv.label for e, lv in new.items()})
 
     def subgraphs(self, level: ConnectLevel | str | int) -> list[tuple[int, ...]]:
         """Node groups whose tiles live at ``level`` (Welder ``ExtractSubgraph``, hierarchical tile graph).
