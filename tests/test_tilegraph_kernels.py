@@ -222,7 +222,8 @@ def squeeze_excite(channels: int = 144, squeezed: int = 6) -> tvm.IRModule:
     bb = relax.BlockBuilder()
     t = relax.TensorType
     x = relax.Var("x", t((1, channels, 1, 1), "float16"))
-    w1, b1 = relax.Var("w1", t((squeezed, channels, 1, 1), "float16")), relax.Var("b1", t((1, squeezed, 1, 1), "float16"))
+    w1 = relax.Var("w1", t((squeezed, channels, 1, 1), "float16"))
+    b1 = relax.Var("b1", t((1, squeezed, 1, 1), "float16"))
     w2 = relax.Var("w2", t((channels, squeezed, 1, 1), "float16"))
     with bb.function("main", [x, w1, b1, w2]):
         with bb.dataflow():

@@ -135,20 +135,17 @@ def plan_group(ctx: SelectionContext, members: tuple[int, ...]) -> TilePlan | st
                         if t in graph.tensors and 0 in graph.tensors[t].shape})
         if empty:
             return f"zero-size tensors {empty} have no tile"
-        outputs = graph.boundary(members)[1]
-        shapes = sorted({graph.tensors[t].shape for t in outputs})
-        if len(shapes) != 1:
-            return f"a tile kernel's outputs share one tile; outputs {outputs} have shapes {shapes}"
         try:
             tg = TileGraph(graph, members)
             tg.set_connects({e: edge_level(ctx, e.producer, e.consumer) for e in tg.edges})
-            func = ctx.fused_function(members)
-            inline = _inline_blocks(ctx, members)
             # Welder's footprint counts every input tile as staged in shared memory; this builder
             # reads inputs from global (through L1), so enumeration prunes only what no block could
-            # hold and the builder's own buffers are checked against the static limit below
+            # hold and the builder's own buffers are checked against the static limit below.
+            # Enumeration refuses outputs of several shapes before the group is fused.
             ranked = enumerate_tiles(tg, ctx.device, max_visits=MAX_VISITS,
                                      shared_capacity=ctx.device.max_shared_memory_per_block_optin)
+            func = ctx.fused_function(members)
+            inline = _inline_blocks(ctx, members)
         except (AnalysisError, EmitError) as err:      # TileGraphError is an AnalysisError
             return str(err)
         best = _best_buildable(ranked, func, inline, ctx.device.max_shared_memory_per_block_optin)

@@ -155,7 +155,8 @@ class _Search:
         outs = tg.outputs
         shapes = {graph.tensors[o].shape for o in outs}
         if len(shapes) != 1:
-            raise TileGraphError(f"enumeration needs outputs of one shape; {outs} have shapes {sorted(shapes)}")
+            raise TileGraphError(f"a tile kernel's outputs share one tile, so enumeration needs outputs of one shape; "
+                                 f"{outs} have shapes {sorted(shapes)}")
         self.shape = shapes.pop()
         if not self.shape:
             raise TileGraphError("enumeration needs outputs of rank >= 1")
