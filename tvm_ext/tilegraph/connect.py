@@ -44,8 +44,10 @@ from ..select.candidate import Candidate, CodePath, LaunchShape, boundary_bytes
 from ..select.context import SelectionContext
 from ..select.emit import EmitError
 from .enumerate import TileCandidate, enumerate_tiles
+from .padding import paddable, padding_flops
 from .plans import TilePlan
 from .schedule import WARP, BlockWork, TileScheduleError, gcd_threads, tile_work
+from .tensor_core import Misaligned
 from .tile_graph import ConnectLevel, TileGraph
 
 logger = logging.getLogger(__name__)
@@ -153,13 +155,15 @@ def plan_group(ctx: SelectionContext, members: tuple[int, ...]) -> TilePlan | st
             return best
         work = best.work
         tensor_core = tuple(w.name for w in work if w.tensor_core)
+        padded = tuple(n for n in best.padded if n in tensor_core)
         code_path = "simt_contraction" if best.simt else "wmma_tile" if tensor_core else "simt"
         shared = sum(w.shared_bytes() for w in work)
         return TilePlan(output_tile=best.cand.output_tile, threads=gcd_threads(work), inline=inline,
                         grid=work[-1].tiles, shared_bytes=shared, traffic_bytes=best.cand.global_bytes,
                         levels=tuple((e.tensor, tg.connect_level(e).label) for e in tg.edges),
                         code_path=code_path, tensor_core=tensor_core,
-                        dynamic_shared=shared > ctx.device.max_shared_memory_per_block)
+                        dynamic_shared=shared > ctx.device.max_shared_memory_per_block,
+                        padded=padded, padding_flops=padding_flops(func, work, padded))
 
     return ctx.memo(("tilegraph", ctx.signature(members)), plan)
 
@@ -170,6 +174,7 @@ class _Buildable(NamedTuple):
     rank: int           # Welder's rank
     cand: TileCandidate
     work: list[BlockWork]
+    padded: tuple[str, ...] = ()    # contractions padded to whole fragments
 
     @property
     def overlap(self) -> float:
@@ -211,16 +216,37 @@ def _best_buildable(ranked: list[TileCandidate], func, inline: tuple[str, ...],
             refused = str(err)
             continue
         problem = ""
-        for option in (work, _simt(work)) if any(w.tensor_core for w in work) else (work,):
+        options = [(work, ())] + [(_simt(work), ())] * any(w.tensor_core for w in work)
+        padded = _padded_option(func, cand.output_tile, inline, work)
+        for option, pads in ([padded] if padded else []) + options:
             problem = _unbuildable(option, shared_limit)
             if not problem:
-                buildable.append(_Buildable(rank, cand, option))
+                buildable.append(_Buildable(rank, cand, option, pads))
                 break
         if problem:
             refused = f"tile {cand.output_tile}: {problem}"
         elif buildable[-1].ideal:
             break
     return min(buildable, key=_Buildable.key) if buildable else refused
+
+
+def _padded_option(func, tile: tuple[int, ...], inline: tuple[str, ...],
+                   work: list[BlockWork]) -> tuple[list[BlockWork], tuple[str, ...]] | None:
+    """The tile's work with its contractions that miss tensor cores by their extents padded to
+    whole fragments (:mod:`~tvm_ext.tilegraph.padding`), if that puts more of them on tensor
+    cores; else None."""
+    blocks = {b.name_hint: b for b, _ in sblocks(func)}
+    names = tuple(w.name for w in work if isinstance(w.wmma, Misaligned) and w.name in blocks
+                  and paddable(blocks[w.name]))
+    if not names:
+        return None
+    try:
+        padded = tile_work(func, tile, inline, names)
+    except TileScheduleError:
+        return None
+    if sum(w.tensor_core for w in padded) <= sum(w.tensor_core for w in work):
+        return None
+    return padded, names
 
 
 def _simt(work: list[BlockWork]) -> list[BlockWork]:
@@ -234,13 +260,13 @@ def _overlap(work: list[BlockWork]) -> float:
     """The most any block computes each of its outputs over the grid (1.0: no recomputation), apart
     from the padding of cut border tiles (the output block's own :attr:`BlockWork.recompute`, which
     every block computed per tile shares), to two decimals."""
-    return round(max(w.recompute for w in work) / work[-1].recompute, 2)
+    return round(max(w.recompute for w in work if not w.staging) / work[-1].recompute, 2)
 
 
 def _unbuildable(work, shared_limit: int) -> str:
     """Why the kernel these blocks make is not worth building ('' if it is)."""
     for w in work:
-        if w.recompute > MAX_RECOMPUTE:
+        if w.recompute > MAX_RECOMPUTE and not w.staging:
             return (f"block '{w.name}' would compute {w.recompute:.1f}x its outputs (a tile that cuts what it "
                     "reads, an index map TVM's region inference does not invert, or border tiles mostly padding)")
     shared = sum(w.shared_bytes() for w in work)
@@ -257,9 +283,10 @@ def tile_candidate(ctx: SelectionContext, members: tuple[int, ...], plan: TilePl
     """The selector's candidate of a planned group."""
     members = ctx.ordered(members)
     launch = LaunchShape(grid=plan.grid, threads=plan.threads, shared_bytes=plan.shared_bytes)
-    return Candidate.of(ctx.graph, members, plan, launch=launch, code_path=CodePath(plan.code_path),
+    cand = Candidate.of(ctx.graph, members, plan, launch=launch, code_path=CodePath(plan.code_path),
                         global_bytes=plan.traffic_bytes, unique_bytes=boundary_bytes(ctx.graph, members),
                         provenance=provenance, key=ctx.kernel_key(members, plan))
+    return dataclasses.replace(cand, flops=cand.flops + plan.padding_flops) if plan.padding_flops else cand
 
 
 class _Pricer:

@@ -14,6 +14,9 @@ sub-graph) and says how the schedule builder (:mod:`tvm_ext.tilegraph.schedule`)
   connection): ``compute_at`` at the block loop, ``set_scope("shared")``;
 * ``tensor_core`` — contraction blocks built on WMMA fragments
   (:mod:`tvm_ext.tilegraph.tensor_core`); other contractions run one output per thread;
+* ``padded`` — contraction blocks padded to whole WMMA fragments before tiling
+  (:mod:`~tvm_ext.tilegraph.padding`), so that they run on tensor cores at extents like ViT's 197
+  tokens; ``padding_flops`` is what the padding computes and discards;
 * ``dynamic_shared`` — the shared buffers live in dynamic shared memory (``shared.dyn``), for a
   kernel whose shared memory exceeds the static 48 KiB (up to the device's opt-in limit).
 
@@ -55,6 +58,10 @@ class TilePlan:
     #: The shared buffers are dynamic shared memory (one pool, up to the opt-in limit per block):
     #: the plan's ``shared_bytes`` exceed the static limit.
     dynamic_shared: bool = False
+    #: Contraction blocks padded to whole WMMA fragments before tiling.
+    padded: tuple[str, ...] = ()
+    #: Flops the padding adds (zero rows and columns computed and discarded), priced with the kernel.
+    padding_flops: int = 0
 
     @property
     def shared_scope(self) -> str:
@@ -66,7 +73,8 @@ class TilePlan:
         return {"output_tile": list(self.output_tile), "threads": self.threads, "inline": list(self.inline),
                 "grid": self.grid, "shared_bytes": self.shared_bytes, "traffic_bytes": self.traffic_bytes,
                 "levels": [list(x) for x in self.levels], "code_path": self.code_path,
-                "tensor_core": list(self.tensor_core), "dynamic_shared": self.dynamic_shared}
+                "tensor_core": list(self.tensor_core), "dynamic_shared": self.dynamic_shared,
+                "padded": list(self.padded), "padding_flops": self.padding_flops}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> "TilePlan":
@@ -77,17 +85,23 @@ class TilePlan:
                    levels=tuple((str(t), str(lv)) for t, lv in data.get("levels", ())),
                    code_path=str(data.get("code_path", "simt")),
                    tensor_core=tuple(str(x) for x in data.get("tensor_core", ())),
-                   dynamic_shared=bool(data.get("dynamic_shared", False)))
+                   dynamic_shared=bool(data.get("dynamic_shared", False)),
+                   padded=tuple(str(x) for x in data.get("padded", ())),
+                   padding_flops=int(data.get("padding_flops", 0)))
 
     def measured_config(self) -> dict[str, Any]:
         """What a measurement of this kernel is keyed by: the schedule's choices."""
-        return {"output_tile": list(self.output_tile), "threads": self.threads, "inline": list(self.inline),
-                "tensor_core": list(self.tensor_core)}
+        config = {"output_tile": list(self.output_tile), "threads": self.threads, "inline": list(self.inline),
+                  "tensor_core": list(self.tensor_core)}
+        if self.padded:         # only then: unpadded kernels keep the keys they were measured under
+            config["padded"] = list(self.padded)
+        return config
 
     def summary(self) -> str:
         """One line for reports."""
         tile = "x".join(map(str, self.output_tile))
         tc = f", {len(self.tensor_core)} on tensor cores" if self.tensor_core else ""
+        tc += f" ({len(self.padded)} padded to whole fragments)" if self.padded else ""
         return (f"tilegraph: tile {tile}, grid {self.grid} x {self.threads} threads, "
                 f"{self.shared_bytes / 1024:.1f} KiB shared, {len(self.inline)} inlined{tc}")
 

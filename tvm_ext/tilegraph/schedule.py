@@ -7,7 +7,9 @@ paper's kernel stitching):
   consumers (an elementwise producer recomputed where it is read);
 * **top-level tile** — the output block's spatial loops are split by ``output_tile``; the tile
   loops, fused, are ``blockIdx.x``. A tile that does not divide the output (ViT's 197 tokens) is
-  cut at the border: TVM predicates the border tiles' loops (Welder pads tiles instead);
+  cut at the border: TVM predicates the border tiles' loops; the contractions the plan names in
+  ``padded`` are padded to whole fragments first (:mod:`~tvm_ext.tilegraph.padding`, Welder pads
+  tiles), so that they compute border tiles whole on tensor cores;
 * **more outputs** — a kernel may store further tensors of the output's shape (a residual sum
   that its layer norm also reads): each such block writes its tile into shared memory like any
   producer (``cache_write``, its readers in the kernel read the shared copy), and a copy block
@@ -49,7 +51,8 @@ from ..analysis import num_tiles
 from ..errors import TVM_ERRORS, TvmExtError
 from ..graph import element_bytes, is_contraction, is_reduction, sblocks
 from .plans import TilePlan
-from .tensor_core import WmmaFit, schedule_wmma, wmma_fit
+from .padding import PaddingError, pad_to_fragments
+from .tensor_core import Misaligned, WmmaFit, schedule_wmma, wmma_fit
 from .tensor_core import tensorize as tensorize_stages
 
 #: Lanes of one warp: the ``threadIdx.x`` extent of every block (a row reduction's lanes).
@@ -84,6 +87,10 @@ class BlockWork:
     wmma: WmmaFit | str | None = None
     #: Tiles of the kernel (its grid): the product of ``ceil(extent / tile)`` over the output.
     tiles: int = 1
+    #: A pad block staging a kernel input in shared memory for a padded tensor-core stage
+    #: (:mod:`~tvm_ext.tilegraph.padding`): every tile copies what it reads, which is no
+    #: recomputation (an unpadded stage stages its operands alike).
+    staging: bool = False
 
     @property
     def recompute(self) -> float:
@@ -181,6 +188,7 @@ class _Tiled(NamedTuple):
     totals: dict[str, tuple[int, int]]
     tiles: int
     cut: bool                     # border tiles are cut
+    staging: frozenset[str] = frozenset()   # pad blocks copying a kernel input into shared memory
 
 
 def _stage_outputs(sch, writers: list[str], scope: str) -> list[str]:
@@ -219,6 +227,17 @@ def _tiled(func: tirx.PrimFunc, plan: TilePlan) -> _Tiled:
     sch = tvm.s_tir.Schedule(func)
     for name in plan.inline:
         sch.compute_inline(sch.get_sblock(name))
+    added: list[str] = []
+    if plan.padded:
+        try:
+            for name in plan.padded:
+                added += pad_to_fragments(sch, name, list(func.params))
+        except PaddingError as err:
+            raise TileScheduleError(str(err)) from None
+        writers = _output_writers(sch.mod["main"], ())
+    params = list(func.params)
+    staging = frozenset(n for n in added if all(any(r.source.same_as(p) for p in params)
+                                                for r in sch.get(sch.get_sblock(n)).reads))
     copies = _stage_outputs(sch, writers[:-1], plan.shared_scope)
     staged = sch.mod["main"]
     anchor = writers[-1]                  # the copies follow it in program order
@@ -239,7 +258,8 @@ def _tiled(func: tirx.PrimFunc, plan: TilePlan) -> _Tiled:
             sch.set_scope(block, 0, plan.shared_scope)
         sch.compute_at(block, bx)
     cut = any(extent % size for size, extent in zip(plan.output_tile, extents))
-    return _Tiled(sch, bx, names, (*copies, names[-1]), _totals(staged), num_tiles(extents, plan.output_tile), cut)
+    return _Tiled(sch, bx, names, (*copies, names[-1]), _totals(staged), num_tiles(extents, plan.output_tile), cut,
+                  staging)
 
 
 def _below(sch, block, anchor) -> list:
@@ -265,9 +285,11 @@ def _totals(func: tirx.PrimFunc) -> dict[str, tuple[int, int]]:
     return out
 
 
-def tile_work(func: tirx.PrimFunc, output_tile: tuple[int, ...], inline: tuple[str, ...] = ()) -> list[BlockWork]:
+def tile_work(func: tirx.PrimFunc, output_tile: tuple[int, ...], inline: tuple[str, ...] = (),
+              padded: tuple[str, ...] = ()) -> list[BlockWork]:
     """Per-tile work of every block of the kernel ``output_tile`` makes of ``func`` (the tiled
-    output block last).
+    output block last), its ``padded`` contractions padded to whole fragments
+    (:mod:`~tvm_ext.tilegraph.padding`).
 
     Raises
     ------
@@ -275,7 +297,7 @@ def tile_work(func: tirx.PrimFunc, output_tile: tuple[int, ...], inline: tuple[s
         The function's last block writes no output, or the tile does not fit its outputs.
     """
     try:
-        t = _tiled(func, TilePlan(tuple(output_tile), WARP, tuple(inline)))
+        t = _tiled(func, TilePlan(tuple(output_tile), WARP, tuple(inline), padded=tuple(padded)))
         out = []
         for name in t.names:
             block = t.sch.get_sblock(name)
@@ -284,7 +306,7 @@ def tile_work(func: tirx.PrimFunc, output_tile: tuple[int, ...], inline: tuple[s
             red = is_reduction(t.sch.get(block)) and not contraction
             fit = _fit(t.sch, block, spatial, reduce, t.cut) if contraction else None
             out.append(BlockWork(name, math.prod(_extent(t.sch, lp) for lp in spatial), red, *t.totals[name],
-                                 stores=name in t.stores, wmma=fit, tiles=t.tiles))
+                                 stores=name in t.stores, wmma=fit, tiles=t.tiles, staging=name in t.staging))
     except TVM_ERRORS as err:
         raise TileScheduleError(f"cannot tile: {str(err).strip().splitlines()[0][:300]}") from None
     return out
@@ -332,15 +354,17 @@ def _accumulate_in_register(sch, block, thread_loop) -> None:
 
 
 #: Why a contraction of a kernel with cut border tiles stays SIMT.
-CUT_TILE = "the tile does not divide the output (a cut border tile has no whole WMMA fragments)"
+CUT_TILE = Misaligned("the tile does not divide the output (a cut border tile has no whole WMMA fragments)")
 
 
 def _fit(sch, block, spatial: list, reduce: list, cut: bool) -> WmmaFit | str:
     """:func:`~tvm_ext.tilegraph.tensor_core.wmma_fit` of ``block`` with its loops under the tile
-    (refused where border tiles are cut: their loops are predicated)."""
-    if cut:
+    (refused where a cut border tile predicates them; a contraction padded to whole fragments
+    computes its border tile whole, into its padded buffer)."""
+    realize = _realize(sch, block)
+    if cut and not (isinstance(realize.predicate, tirx.IntImm) and int(realize.predicate.value) == 1):
         return CUT_TILE
-    return wmma_fit(sch, block, _realize(sch, block), spatial, reduce, lambda lp: _extent(sch, lp))
+    return wmma_fit(sch, block, realize, spatial, reduce, lambda lp: _extent(sch, lp))
 
 
 def _bind_wmma(sch, block, anchor, ty: int, shared_scope: str, cut: bool) -> list:

@@ -7,7 +7,8 @@ per tile (:mod:`tvm_ext.tilegraph.schedule`).
 
 **Which blocks** (:func:`wmma_fit`): ``C[..., i, j] += A[..., i, k] * B[..., k, j]`` (or
 ``B[..., j, k]``) with float16 operands and a float16 or float32 accumulator (casts to it
-allowed); per tile ``i``, ``j`` and ``k`` are multiples of 16 and the output tile is one row
+allowed); per tile ``i``, ``j`` and ``k`` are multiples of 16 (where extents are not, the
+planner pads the contraction: :mod:`~tvm_ext.tilegraph.padding`) and the output tile is one row
 (``i`` = 16) or one column (``j`` = 16) of fragments; the two innermost spatial loops
 under the tile are ``i`` and ``j`` and the one reduction loop is ``k``. Every other index of
 ``A``, ``B`` and ``C`` is independent of ``i``, ``j``, ``k`` (batch dimensions). An operand
@@ -74,6 +75,12 @@ class WmmaFit:
     staged_bytes: int
     a: int
     b: int
+
+
+class Misaligned(str):
+    """Why a contraction does not run on tensor cores, where the cause is its extents (no whole
+    fragments per tile, a border tile cut, rows not 32-byte aligned): padding it to whole
+    fragments (:mod:`~tvm_ext.tilegraph.padding`) may fit it."""
 
 
 def _load(expr, accumulator: str):
@@ -158,9 +165,9 @@ def wmma_fit(sch, block, realize, spatial: list, reduce: list, extent) -> WmmaFi
             return "the innermost loops under the tile are not i, j and k"
     m, n, depth = extent(spatial[-2]), extent(spatial[-1]), extent(reduce[0])
     if m % FRAGMENT or n % FRAGMENT or depth % FRAGMENT:
-        return f"tile {m}x{n}x{depth} is not a multiple of {FRAGMENT}"
+        return Misaligned(f"tile {m}x{n}x{depth} is not a multiple of {FRAGMENT}")
     if buffer_scope(store.buffer) == "global" and int(store.buffer.ty.shape[-1]) % FRAGMENT:
-        return "the output's rows are not 32-byte aligned"
+        return Misaligned("the output's rows are not 32-byte aligned")
     lead = math.prod(extent(lp) for lp in spatial[:-2])
     if lead * m > FRAGMENT and n > FRAGMENT:
         # fragments are dealt to warps from one fused loop: an operand fragment indexed by only
@@ -251,4 +258,4 @@ def tensorize(sch, stages: list) -> None:
             sch.tensorize(loops[-2], intrinsic)
 
 
-__all__ = ["WmmaFit", "schedule_wmma", "tensorize", "wmma_fit"]
+__all__ = ["Misaligned", "WmmaFit", "schedule_wmma", "tensorize", "wmma_fit"]
