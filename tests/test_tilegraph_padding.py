@@ -122,6 +122,25 @@ def test_vit_attention_core_is_one_tensor_core_kernel_with_padded_gemms():
     assert check.ok, check
 
 
+def test_report_prices_a_padded_kernel_as_the_selection_did():
+    """The padding's flops travel with the plan: the built kernel's description is priced as its
+    candidate was."""
+    from tvm_ext.select.analytic import AnalyticCostModel
+    from tvm_ext.select.describe import describe_scheduled
+    from tvm_ext.select.plan import with_plan
+    from tvm_ext.tilegraph.connect import tile_candidate
+
+    ctx = _context(attention(heads=2, seq=197, dim=64, dtype="float16"))
+    members = tuple(ctx.call_nodes())
+    plan = plan_group(ctx, members)
+    cand = tile_candidate(ctx, members, plan, "test")
+    func = with_plan(ctx.fused_function(members), plan)
+    kernel = describe_scheduled(func, build_tile_schedule(func, plan, tensorize=False))
+    assert kernel.flops == cand.flops == sum(ctx.graph.nodes[n].flops for n in members) + plan.padding_flops
+    model = AnalyticCostModel()
+    assert model.cost(kernel, ctx.device).seconds == pytest.approx(model.cost(cand, ctx.device).seconds)
+
+
 @pytest.mark.skipif(not nvcc_available(), reason="nvcc not on PATH")
 @pytest.mark.parametrize("target_name", TARGETS)
 def test_vit_attention_kernel_compiles_with_wmma(target_name):

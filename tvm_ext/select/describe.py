@@ -99,7 +99,9 @@ def describe_scheduled(graph_func: tirx.PrimFunc, scheduled: tirx.PrimFunc,
     # a plan that modelled its own traffic (a tile kernel re-reads operand tiles per block) is
     # priced with it, as the selection priced it
     moved = max(int(getattr(plan, "traffic_bytes", 0) or 0), moved) if plan is not None else moved
-    return KernelDescription(int(func_flops(graph_func)), int(moved), int(unique), launch_shape(scheduled), path,
+    # and one that computes padding (a tile kernel's GEMMs padded to whole fragments) its flops
+    flops = int(func_flops(graph_func)) + int(getattr(plan, "padding_flops", 0) or 0)
+    return KernelDescription(flops, int(moved), int(unique), launch_shape(scheduled), path,
                              dtype, key=key, plan=plan, stages=tuple(getattr(plan, "work", ())))
 
 

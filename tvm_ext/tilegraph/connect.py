@@ -155,7 +155,6 @@ def plan_group(ctx: SelectionContext, members: tuple[int, ...]) -> TilePlan | st
             return best
         work = best.work
         tensor_core = tuple(w.name for w in work if w.tensor_core)
-        padded = tuple(n for n in best.padded if n in tensor_core)
         code_path = "simt_contraction" if best.simt else "wmma_tile" if tensor_core else "simt"
         shared = sum(w.shared_bytes() for w in work)
         return TilePlan(output_tile=best.cand.output_tile, threads=gcd_threads(work), inline=inline,
@@ -163,7 +162,7 @@ def plan_group(ctx: SelectionContext, members: tuple[int, ...]) -> TilePlan | st
                         levels=tuple((e.tensor, tg.connect_level(e).label) for e in tg.edges),
                         code_path=code_path, tensor_core=tensor_core,
                         dynamic_shared=shared > ctx.device.max_shared_memory_per_block,
-                        padded=padded, padding_flops=padding_flops(func, work, padded))
+                        padded=best.padded, padding_flops=padding_flops(func, work, best.padded))
 
     return ctx.memo(("tilegraph", ctx.signature(members)), plan)
 
