@@ -322,7 +322,9 @@ def test_tilegraph_preset_connects_memory_intensive_chains():
     mod = attention(heads=12, seq=128, dim=64, dtype="float16")
     reports = {p: inspect(mod, preset=p) for p in ("tilegraph", "baseline")}
     tile = reports["tilegraph"]
-    assert tile.selection["main"]["proposed"]["tilegraph"] == 1
+    # the connected attention core and the saving merges passed on the way; one kernel is chosen
+    assert tile.selection["main"]["proposed"]["tilegraph"] > 1
+    assert tile.selection["main"]["chosen"]["tilegraph"] == 1
     assert tile.modelled_time_s <= reports["baseline"].modelled_time_s
     assert get_preset("tilegraph").generators[0] == "tilegraph"
 
@@ -395,3 +397,34 @@ def test_empty_tensors_are_refused_by_name_not_by_a_crash():
     reason = plan_group(ctx, tuple(ctx.call_nodes()))
     assert isinstance(reason, str) and "zero-size" in reason
     assert connect_graph(ctx, AnalyticCostModel())    # every node stays its own kernel
+
+
+def test_merges_the_greedy_connecting_did_not_keep_are_candidates_too():
+    """A chain a -> b -> c -> d priced so that the best pair (b, c) is taken first and blocks the
+    cheaper cover (a, b) + (c, d): the merges the search found saving come back as candidates, and
+    the selector's cover of them all is the cheaper one."""
+    from types import SimpleNamespace
+
+    from tvm_ext.select.blp import solve_cover
+
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((64, 64), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            h = bb.emit(relax.op.exp(x))
+            h = bb.emit(relax.op.negative(h))
+            h = bb.emit(relax.op.abs(h))
+            out = bb.emit_output(relax.op.sqrt(h))
+        bb.emit_func_output(out)
+    ctx = _context(bb.get())
+    a, b, c, d = ctx.call_nodes()
+    table = {frozenset(s): p for s, p in [((a,), 10.0), ((b,), 10.0), ((c,), 10.0), ((d,), 10.0),
+                                          ((a, b), 12.0), ((b, c), 10.5), ((c, d), 12.0)]}
+    prices = SimpleNamespace(cost=lambda cand, device: SimpleNamespace(seconds=table.get(frozenset(cand.nodes), 100.0)))
+    groups = connect_graph(ctx, prices, also_explored=True)
+    assert [g.nodes for g in groups if g.kept] == [(a,), (b, c), (d,)]
+    assert [g.nodes for g in groups if not g.kept] == [(a, b), (c, d)]
+    assert [g.nodes for g in connect_graph(ctx, prices)] == [(a,), (b, c), (d,)]
+    sets = [g.nodes for g in groups]
+    cover = solve_cover(sets, [table[frozenset(s)] for s in sets])
+    assert sorted(sets[j] for j in cover.chosen) == [(a, b), (c, d)]

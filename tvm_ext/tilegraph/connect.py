@@ -74,6 +74,8 @@ class ConnectedGroup:
     nodes: tuple[int, ...]
     plan: TilePlan | None
     seconds: float
+    #: A group of the final connected graph (False: a saving merge the search did not keep).
+    kept: bool = True
 
 
 def injective(ctx: SelectionContext, node: int) -> bool:
@@ -335,7 +337,7 @@ def _moves(ctx: SelectionContext, edges: list[tuple[int, int]], group_of: dict,
     return list(dict.fromkeys(grown))
 
 
-def connect_graph(ctx: SelectionContext, cost) -> list[ConnectedGroup]:
+def connect_graph(ctx: SelectionContext, cost, *, also_explored: bool = False) -> list[ConnectedGroup]:
     """Welder's ``GraphConnecting`` over ``ctx.graph`` priced by ``cost`` (see the module docstring).
 
     Edges are connected best gain first (the saving of one kernel over the two it replaces), not
@@ -350,13 +352,17 @@ def connect_graph(ctx: SelectionContext, cost) -> list[ConnectedGroup]:
     kernels). Only then, so that a neighbourhood is planned for groups that pairs no longer change
     (planning every neighbourhood at every step doubled Segformer-B0's connecting time).
 
-    Returns every group of the final connected graph (single nodes included), in topological order.
+    Returns every group of the final connected graph (single nodes included), in topological order;
+    with ``also_explored``, followed by every merge the search planned and found saving but did not
+    keep (a greedy step can take a merge that blocks better ones later: the selector, pricing
+    them all, picks the cover).
     """
     pricer = _Pricer(ctx, cost)
     calls = ctx.call_nodes()
     group_of: dict[int, tuple[int, ...]] = {n: (n,) for n in calls}
     price: dict[tuple[int, ...], tuple[TilePlan | None, float]] = {}
     trials: dict[tuple[int, ...], tuple[TilePlan | None, float]] = {}
+    saving: dict[tuple[int, ...], None] = {}      # merges that saved when tried, in the order tried
     edges = [(n, c) for n in calls for c in ctx.ordered(c for c in ctx.graph.consumers(n) if c in group_of)]
 
     def priced(members: tuple[int, ...]) -> tuple[TilePlan | None, float]:
@@ -376,8 +382,10 @@ def connect_graph(ctx: SelectionContext, cost) -> list[ConnectedGroup]:
                 merged = ctx.ordered(sum(parts, ()))
                 plan, seconds = trial(merged)
                 gain = sum(priced(p)[1] for p in parts) - seconds
-                if plan is not None and gain > 0 and (best is None or gain > best[0]):
-                    best = (gain, merged, plan, seconds)
+                if plan is not None and gain > 0:
+                    saving[merged] = None
+                    if best is None or gain > best[0]:
+                        best = (gain, merged, plan, seconds)
             if best is not None:
                 break
         if best is None:
@@ -388,7 +396,10 @@ def connect_graph(ctx: SelectionContext, cost) -> list[ConnectedGroup]:
             group_of[m] = merged
         logger.debug("connected %s: %.3g s, %.3g s saved", [ctx.graph.nodes[m].name for m in merged], seconds, gain)
     groups = list(dict.fromkeys(group_of[n] for n in calls))
-    return [ConnectedGroup(g, *priced(g)) for g in groups]
+    kept = [ConnectedGroup(g, *priced(g)) for g in groups]
+    if not also_explored:
+        return kept
+    return kept + [ConnectedGroup(m, *trials[m], kept=False) for m in saving if m not in price]
 
 
 __all__ = ["TILES_TRIED", "MAX_VISITS", "MAX_RECOMPUTE", "ConnectedGroup", "connect_graph", "edge_level", "plan_group",

@@ -2,7 +2,9 @@
 
 :func:`~tvm_ext.tilegraph.connect.connect_graph` connects the graph edge by edge where the cost
 model prices one tile kernel below the kernels it replaces; every connected group of two or more
-nodes becomes a candidate carrying its :class:`~tvm_ext.tilegraph.plans.TilePlan`. The schedule
+nodes becomes a candidate carrying its :class:`~tvm_ext.tilegraph.plans.TilePlan`, and so does every
+merge the connecting found saving but did not keep (its greedy order can block a better cover,
+which the selector then finds). The schedule
 stage builds the plan it finds on the kernel (:func:`~tvm_ext.tilegraph.schedule.build_tile_schedule`);
 each kernel is lowered alone first (``verify_lowering``), and one TVM refuses runs as dlight
 kernels instead, reported.
@@ -59,13 +61,18 @@ class TileGraphGenerator:
         return TilePlan.from_json(data)
 
     def candidates(self, ctx: SelectionContext) -> list[Candidate]:
-        """One candidate per connected group of two or more nodes."""
+        """One candidate per connected group of two or more nodes, and one per saving merge the
+        greedy connecting planned but did not keep (the selector picks among them)."""
         start = time.perf_counter()
-        groups = connect_graph(ctx, self.cost or MeasuredCostModel())
-        out = [tile_candidate(ctx, g.nodes, g.plan, f"tile graph: {len(g.nodes)} nodes connected")
-               for g in groups if len(g.nodes) > 1 and g.plan is not None]
-        ctx.notes.append(f"tilegraph: {len(out)} connected groups of {sum(len(c.nodes) for c in out)} nodes, "
-                         f"connected in {time.perf_counter() - start:.1f} s")
+        groups = connect_graph(ctx, self.cost or MeasuredCostModel(), also_explored=True)
+        planned = [g for g in groups if len(g.nodes) > 1 and g.plan is not None]
+        out = [tile_candidate(ctx, g.nodes, g.plan, f"tile graph: {len(g.nodes)} nodes, "
+                              + ("connected" if g.kept else "a saving merge the greedy connecting did not keep"))
+               for g in planned]
+        kept = [g for g in planned if g.kept]
+        ctx.notes.append(f"tilegraph: {len(kept)} connected groups of {sum(len(g.nodes) for g in kept)} nodes and "
+                         f"{len(planned) - len(kept)} other saving merges, connected in "
+                         f"{time.perf_counter() - start:.1f} s")
         return out
 
     def schedule(self, func: tirx.PrimFunc, plan: TilePlan, device: DeviceSpec) -> ScheduledKernel:
