@@ -16,9 +16,10 @@ before the builder tiles the kernel:
   where it writes the kernel's output the crop is the output block the builder tiles, and the
   contraction is computed per tile like any producer.
 
-The padding is computed and discarded: zero rows and columns add ``padded / original`` to the
-contraction's flops (256/197 = 1.30x per padded dimension at 197 tokens) and nothing to global
-traffic (the pad blocks read what the contraction read, once).
+The padding is computed and discarded: zero rows and columns add to the contraction's flops
+(at 197 tokens each GEMM computes 208 rows, the 13 tiles of 16, by 256 columns or a depth of 256:
+1.37x) and nothing to global traffic (the pad blocks read what the contraction read, once).
+:func:`padding_flops` counts it for the cost model.
 
 Example
 -------
@@ -47,8 +48,8 @@ _RED = tirx.IterVar.CommReduce
 #: score matrix a softmax reads, which ``P @ V`` reads padded to its own depth) then deals its
 #: fragments evenly over the warps: 197 tokens padded to 208 would make 13 fragments per row, which
 #: no warp count but 1 and 13 divides, and TVM's tensorize does not match a fragment stage
-#: predicated by an uneven split. The cost: 256/197 = 1.30x the flops of a 197-token attention's
-#: GEMMs, on tensor cores.
+#: predicated by an uneven split. The cost: 256 columns instead of 208 (1.23x more than padding
+#: to 16), on tensor cores.
 ROW_OF_FRAGMENTS = 4 * FRAGMENT
 
 
