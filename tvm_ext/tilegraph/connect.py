@@ -217,9 +217,13 @@ def _best_buildable(ranked: list[TileCandidate], func, inline: tuple[str, ...],
             refused = str(err)
             continue
         problem = ""
-        options = [(work, ())] + [(_simt(work), ())] * any(w.tensor_core for w in work)
+        options = [(work, ())]
+        if any(w.tensor_core for w in work):
+            options.append((_simt(work), ()))
         padded = _padded_option(func, cand.output_tile, inline, work)
-        for option, pads in ([padded] if padded else []) + options:
+        if padded:
+            options.insert(0, padded)
+        for option, pads in options:
             problem = _unbuildable(option, shared_limit)
             if not problem:
                 buildable.append(_Buildable(rank, cand, option, pads))

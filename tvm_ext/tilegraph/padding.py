@@ -89,7 +89,7 @@ def pad_to_fragments(sch: tvm.s_tir.Schedule, name: str, outputs: list) -> tuple
     factors = fragment_padding(sch.get(block))
     if factors is None:
         return ()
-    before = {b.name_hint for b in _blocks(sch)}
+    before = {b.name_hint for b, _ in sblocks(sch.mod["main"])}
     try:
         sch.pad_einsum(block, factors)
     except TVM_ERRORS as err:
@@ -142,7 +142,7 @@ def padding_flops(func: tirx.PrimFunc, work: list, padded: tuple[str, ...]) -> i
     for name in padded:
         block, factors = blocks[name], fragment_padding(blocks[name])
         spatial = depth = padded_depth = 1
-        for iv, f in zip(block.iter_vars, factors or [1] * len(block.iter_vars)):
+        for iv, f in zip(block.iter_vars, factors):
             extent = int(iv.dom.extent)
             if iv.iter_type == _RED:
                 depth, padded_depth = extent, -(-extent // f) * f
@@ -150,10 +150,6 @@ def padding_flops(func: tirx.PrimFunc, work: list, padded: tuple[str, ...]) -> i
                 spatial *= extent
         extra += 2 * (done[name].outputs * done[name].tiles * padded_depth - spatial * depth)
     return extra
-
-
-def _blocks(sch) -> list:
-    return [b for b, _ in sblocks(sch.mod["main"])]
 
 
 __all__ = ["PaddingError", "fragment_padding", "pad_to_fragments", "paddable", "padding_flops"]

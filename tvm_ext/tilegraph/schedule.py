@@ -227,15 +227,15 @@ def _tiled(func: tirx.PrimFunc, plan: TilePlan) -> _Tiled:
     sch = tvm.s_tir.Schedule(func)
     for name in plan.inline:
         sch.compute_inline(sch.get_sblock(name))
-    added: list[str] = []
-    if plan.padded:
-        try:
-            for name in plan.padded:
-                added += pad_to_fragments(sch, name, list(func.params))
-        except PaddingError as err:
-            raise TileScheduleError(str(err)) from None
-        writers = _output_writers(sch.mod["main"], ())
     params = list(func.params)
+    added: list[str] = []
+    try:
+        for name in plan.padded:
+            added += pad_to_fragments(sch, name, params)
+    except PaddingError as err:
+        raise TileScheduleError(str(err)) from None
+    if added:
+        writers = _output_writers(sch.mod["main"], ())
     staging = frozenset(n for n in added if all(any(r.source.same_as(p) for p in params)
                                                 for r in sch.get(sch.get_sblock(n)).reads))
     copies = _stage_outputs(sch, writers[:-1], plan.shared_scope)
