@@ -1,4 +1,4 @@
-"""Public pass namespace of tvm_ext (re-exports; each pass lives with its technique).
+"""Public pass namespace of tvm_ext (re-exports; each pass lives with its technique, or in the frontend when several use it).
 
 Example
 -------
@@ -8,8 +8,8 @@ Example
 from __future__ import annotations
 
 from .fission import Fission
+from .frontend.split_slices import SplitToSlices
 from .stitch.relax_pass import StitchMemoryIntensive
-from .stitch.split_slices import SplitToSlices
 from .tir.grid_sync import InsertGridSync
 from .tir.launch_params import AnnotateCooperativeLaunch, ApplyLaunchBounds
 

@@ -3,7 +3,7 @@
 Stages (DESIGN.md "Pipeline"):
 
 * **graph** (target independent): TVM's library dispatch and legalization; for a preset with
-  generators, also each generator's preparation passes, :class:`~tvm_ext.select.origin.RecordOrigin`,
+  generators, also each generator's preparation passes (each pass once, however many generators ask for it), :class:`~tvm_ext.select.origin.RecordOrigin`,
   :class:`~tvm_ext.select.select_pass.SelectKernels` (candidates, selection, emission with plans),
   the library generators' code generation, ``FuseOps`` for the rest when the preset says so, and
   :class:`~tvm_ext.select.fuse.FuseTIRKeepPlans`. Split into ``fuse`` (up to ``FuseTIR``, where
@@ -130,6 +130,14 @@ def generators_for(preset: Preset, target: tvm.target.Target) -> list[str]:
     return [g for g in preset.generators if cuda or get_generator(g).kernel_kind != "library"]
 
 
+def _distinct_passes(passes) -> list:
+    """``passes`` in order, each pass name once (generators may ask for the same preparation)."""
+    seen: dict[str, tvm.transform.Pass] = {}
+    for ps in passes:
+        seen.setdefault(ps.info.name, ps)
+    return list(seen.values())
+
+
 def preset_passes(preset: str | Preset, target: tvm.target.Target,
                   excluded: Mapping[str, str] | None = None) -> StagePasses:
     """Every stage's passes for ``preset`` and ``target`` (see the module docstring); candidates
@@ -143,7 +151,7 @@ def preset_passes(preset: str | Preset, target: tvm.target.Target,
         device = device_from_target(plan_target)
         names = generators_for(p, target)
         gens = [get_generator(g) for g in names]
-        prepare = [ps for g in gens for ps in g.prepare_passes(plan_target)]
+        prepare = _distinct_passes(ps for g in gens for ps in g.prepare_passes(plan_target))
         codegen = [ps for g in gens if g.kernel_kind == "library" for ps in g.codegen_passes(plan_target)]
         select = SelectKernels(names, _selector(p), device, plan_target,
                                cost_model(p) if p.selector == "blp" else None, excluded=excluded,

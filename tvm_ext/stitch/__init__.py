@@ -9,9 +9,10 @@
   :mod:`.planner` — the planner (dominants, groups, thread mapping, schemes, launch);
 * :mod:`.plans` — :class:`StitchKernelPlan`, the plan as JSON, and :func:`realize`;
 * :mod:`.schedule` — plan to TIR (grid barriers, workspaces);
-* :mod:`.relax_pass` — ``StitchMemoryIntensive``, the technique as one pass;
-  :mod:`.split_slices` — ``SplitToSlices``, which turns a split read part by part into slices
-  the GEMMs read through.
+* :mod:`.relax_pass` — ``StitchMemoryIntensive``, the technique as one pass.
+
+Before legalization the generator asks for :class:`~tvm_ext.frontend.SplitToSlices` (a split
+read part by part becomes slices, which the GEMMs that read them read through).
 """
 from __future__ import annotations
 
@@ -28,13 +29,12 @@ from .relax_pass import StitchMemoryIntensive
 from ..tir import promote_workspace
 from .schedule import StitchScheduleError, build_schedule
 from .scope import STITCH_CLASSES, ScopeGroup, StitchScope, is_stitchable, stitch_scope
-from .split_slices import SplitToSlices, split_to_slices
 
 __all__ = [
-    "Dominance", "LaunchConfig", "PlanOptions", "PrologueTiles", "STITCH_CLASSES", "ScopeGroup", "SplitToSlices",
+    "Dominance", "LaunchConfig", "PlanOptions", "PrologueTiles", "STITCH_CLASSES", "ScopeGroup",
     "Stage", "StitchGenerator", "StitchGraph", "StitchKernelPlan", "StitchMemoryIntensive", "StitchOp",
     "StitchPlan", "StitchPlanError", "StitchScheduleError", "StitchScope", "ThreadMapping", "build_prologue_schedule",
     "build_schedule", "find_dominants", "flat_mapping", "is_stitchable", "launch_config", "plan_prim_func",
     "plan_prologue_tiles", "prologue_target", "promote_workspace", "realize", "row_mapping", "row_operand_read",
-    "split_to_slices", "stitch_scope", "worth_own_schedule",
+    "stitch_scope", "worth_own_schedule",
 ]

@@ -32,6 +32,7 @@ from typing import Any
 import tvm
 from tvm import tirx
 
+from ..frontend.split_slices import SplitToSlices
 from ..graph import sblocks
 from ..hardware import DeviceSpec
 from ..select.candidate import Candidate, CodePath, LaunchShape, boundary_bytes
@@ -44,7 +45,6 @@ from .prologue_schedule import build_prologue_schedule, plan_prologue_tiles
 from ..tir import promote_workspace
 from .schedule import StitchScheduleError, build_schedule
 from .scope import ScopeGroup, is_stitchable, stitch_scope
-from .split_slices import SplitToSlices
 
 logger = logging.getLogger(__name__)
 

@@ -24,6 +24,7 @@ from typing import Any
 import tvm
 from tvm import tirx
 
+from ..frontend.split_slices import SplitToSlices
 from ..hardware import DeviceSpec
 from ..select.candidate import Candidate
 from ..select.context import SelectionContext
@@ -54,8 +55,10 @@ class TileGraphGenerator:
     def __init__(self, cost=None):
         self.cost = cost
 
-    def prepare_passes(self, target: tvm.target.Target) -> list:  # noqa: D102 - protocol
-        return []
+    def prepare_passes(self, target: tvm.target.Target) -> list:
+        """``SplitToSlices``: a split read part by part becomes slices, which connect to their readers
+        (a multi-output split is no tile-graph node)."""
+        return [SplitToSlices()]
 
     def plan_from_json(self, data: dict[str, Any]) -> TilePlan:  # noqa: D102 - protocol
         return TilePlan.from_json(data)

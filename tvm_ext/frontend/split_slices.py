@@ -1,11 +1,16 @@
 """``SplitToSlices``: a ``split`` whose parts are only read one by one becomes one slice per part.
 
 A ``split`` is one multi-output kernel between its producer and its readers (GPT-2 splits the
-fused QKV projection into q, k and v: one memory-intensive kernel per layer). Written as
-independent ``strided_slice`` calls, each part is a single-input, single-output layout node,
-which the stitch scope gives to the GEMM that reads it (its layout prologue, read through by
-the GEMM's schedule), so the data movement disappears into the GEMMs. A part nobody reads is
-not computed at all.
+fused QKV projection into q, k and v: one memory-intensive kernel per layer, three launches
+under dlight's fallback). Written as independent ``strided_slice`` calls, each part is a
+single-input, single-output layout node that a fusing generator can put into the kernel that
+reads it: the stitch scope gives it to the GEMM that reads it (a layout prologue the GEMM's
+schedule reads through), and the tile graph connects it to its reader like any injective node.
+A part nobody reads is not computed at all.
+
+Not part of the canonical form (:mod:`~tvm_ext.frontend.canonicalize`): a generator that fuses
+slices into their readers asks for it (``prepare_passes``), so presets without one keep TVM's
+own split.
 
 Only splits whose tuple is used exclusively through ``TupleGetItem`` with a constant index
 are rewritten, with static extents along the split axis; anything else is left as it is.

@@ -6,7 +6,7 @@ import pytest
 import tvm
 from tvm import relax
 
-from tvm_ext.stitch.split_slices import SplitToSlices
+from tvm_ext.frontend.split_slices import SplitToSlices
 from tvm_ext.testing.oracle import run_cpu
 
 T = relax.TensorType
@@ -76,3 +76,27 @@ def test_split_left_alone_when_the_tuple_escapes_or_extents_are_unknown(escape):
             return bb.emit(relax.TupleGetItem(bb.emit(relax.op.split(x, [4], axis=1)), 0))
     mod = _func(body, params)
     tvm.ir.assert_structural_equal(SplitToSlices()(mod), mod)
+
+
+def test_generators_that_ask_for_it_get_it_once():
+    from tvm_ext.driver.presets import Preset
+    from tvm_ext.driver.stages import preset_passes
+
+    target = tvm.target.Target("tvm_ext/h100")
+    both = Preset("stitch_and_tilegraph", "two generators asking for SplitToSlices",
+                  generators=("stitch", "tilegraph", "dlight"), selector="blp", tir_pipeline="tvm_ext")
+    for preset, count in (("baseline", 0), ("stitch", 1), ("tilegraph", 1), (both, 1)):
+        names = [p.info.name for p in preset_passes(preset, target).fuse]
+        assert names.count("tvm_ext.SplitToSlices") == count, (preset, names)
+
+
+def test_tilegraph_connects_the_parts_of_a_split_to_their_readers():
+    """GPT-2's QKV split: under ``tilegraph`` no three-kernel split is left between the parts and
+    the kernels that read them."""
+    from tvm_ext.inspect import inspect
+
+    mod = _func(before, _params())
+    report = inspect(mod, target="tvm_ext/h100", preset="tilegraph")
+    funcs = [k.func for k in report.launches]
+    assert not any(f == "split" or f.startswith("split") for f in funcs), funcs
+    assert not any("split" in f and "strided_slice" not in f for f in funcs), funcs
