@@ -170,6 +170,38 @@ def test_what_cannot_run_on_tensor_cores_is_named():
         build_tile_schedule(func, TilePlan((16, 64), 128, ("T_softmax_exp",), tensor_core=("nope",)))
 
 
+def _gemm(x_dtype: str, out_dtype: str, cast_input: bool = False) -> tvm.IRModule:
+    """``x @ w`` with float16 ``w``; ``x`` cast to float16 first when ``cast_input``."""
+    bb = relax.BlockBuilder()
+    t = relax.TensorType
+    x, w = relax.Var("x", t((32, 64), x_dtype)), relax.Var("w", t((64, 64), "float16"))
+    with bb.function("main", [x, w]):
+        with bb.dataflow():
+            a = bb.emit(relax.op.astype(x, "float16")) if cast_input else x
+            out = bb.emit_output(relax.op.matmul(a, w, out_dtype=out_dtype))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+def test_float16_operands_accumulate_in_float32_on_tensor_cores():
+    """``C += float32(A) * float32(B)``: the casts to the accumulator type are the fragment's own."""
+    ctx = _context(_gemm("float16", "float32"))
+    func = ctx.graph.nodes[ctx.call_nodes()[0]].func
+    (gemm,) = tile_work(func, (16, 64))
+    assert gemm.tensor_core and gemm.wmma.accumulator == "float32"
+    plan = TilePlan((16, 64), 128, tensor_core=("matmul",))
+    assert compare_scheduled(func, build_tile_schedule(func, plan, tensorize=False)).ok
+
+
+def test_an_inlined_cast_to_float16_is_a_simt_operand_not_an_error():
+    """A float32 input cast to float16 and inlined into the GEMM (NAFNet's pooled features into a
+    1x1 convolution): the operand is an expression, so the GEMM stays SIMT, named."""
+    ctx = _context(_gemm("float32", "float16", cast_input=True))
+    members = tuple(ctx.call_nodes())
+    plan = plan_group(ctx, members)
+    assert isinstance(plan, TilePlan) and plan.tensor_core == () and plan.code_path == "simt_contraction"
+
+
 def test_attention_core_is_one_tensor_core_kernel_that_computes_the_graph():
     ctx = _context(attention(heads=12, seq=128, dim=64, dtype="float16"))
     members = tuple(ctx.call_nodes())

@@ -85,7 +85,7 @@ class Misaligned(str):
 
 def _load(expr, accumulator: str):
     """The float16 load under ``expr`` (``load`` or ``cast(accumulator, load)``), else None."""
-    if isinstance(expr, tirx.Cast) and str(expr.dtype) == accumulator:
+    if isinstance(expr, tirx.Cast) and str(expr.ty.dtype) == accumulator:
         expr = expr.value
     if isinstance(expr, tvm.ir.TensorLoad) and str(expr.source.ty.dtype) == "float16":
         return expr
