@@ -298,6 +298,37 @@ def test_graph_connecting_follows_the_cost_model():
     assert plan_group(ctx, groups[0].nodes) is plan
 
 
+def layer_norm_2d(channels: int, size: int) -> tvm.IRModule:
+    """NAFNet's LayerNorm2d over the channels of an NCHW float16 image: float32 means."""
+    bb = relax.BlockBuilder()
+    t = relax.TensorType
+    x = relax.Var("x", t((1, channels, size, size), "float16"))
+    w, b = (relax.Var(n, t((1, channels, 1, 1), "float16")) for n in "wb")
+    with bb.function("main", [x, w, b]):
+        with bb.dataflow():
+            mean = bb.emit(relax.op.astype(relax.op.mean(relax.op.astype(x, "float32"), axis=[1], keepdims=True),
+                                           "float16"))
+            d = bb.emit(relax.op.subtract(x, mean))
+            sq = relax.op.astype(relax.op.power(d, relax.const(2.0, "float16")), "float32")
+            var = bb.emit(relax.op.astype(relax.op.mean(sq, axis=[1], keepdims=True), "float16"))
+            y = bb.emit(relax.op.divide(d, relax.op.sqrt(relax.op.add(var, relax.const(1e-6, "float16")))))
+            out = bb.emit_output(relax.op.add(relax.op.multiply(y, w), b))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+def test_a_reduction_takes_its_neighbours_when_no_pair_saves():
+    """LayerNorm2d over 512 channels of a 16x16 image: merged pair by pair it stops in pieces (each
+    pair costs more than its two kernels), but it is one kernel when a mean takes both neighbours."""
+    ctx = _context(layer_norm_2d(512, 16))
+    groups = connect_graph(ctx, AnalyticCostModel())
+    assert [g.nodes for g in groups] == [tuple(ctx.call_nodes())]
+    whole = groups[0]
+    assert whole.plan.output_tile[1] == 512 and whole.plan.code_path == "simt"
+    func = ctx.fused_function(whole.nodes)
+    assert compare_scheduled(func, build_tile_schedule(func, whole.plan)).ok
+
+
 def test_an_injective_producer_that_computes_is_not_inlined_into_a_gemm():
     """GELU before a GEMM: inlined, it would be recomputed once per output column."""
     bb = relax.BlockBuilder()
