@@ -3,7 +3,8 @@
 Stages (DESIGN.md "Pipeline"):
 
 * **graph** (target independent): TVM's library dispatch and legalization; for a preset with
-  generators, also each generator's preparation passes (each pass once, however many generators ask for it), :class:`~tvm_ext.select.origin.RecordOrigin`,
+  generators, also each generator's preparation passes (each pass once, however many
+  generators ask for it), :class:`~tvm_ext.select.origin.RecordOrigin`,
   :class:`~tvm_ext.select.select_pass.SelectKernels` (candidates, selection, emission with plans),
   the library generators' code generation, ``FuseOps`` for the rest when the preset says so, and
   :class:`~tvm_ext.select.fuse.FuseTIRKeepPlans`. Split into ``fuse`` (up to ``FuseTIR``, where
