@@ -4,7 +4,8 @@
 model prices one tile kernel below the kernels it replaces; every connected group of two or more
 nodes becomes a candidate carrying its :class:`~tvm_ext.tilegraph.plans.TilePlan`, and so does every
 merge the connecting found saving but did not keep (its greedy order can block a better cover,
-which the selector then finds). The schedule
+which the selector then finds), and every such group less the epilogue nodes of a GEMM outside
+it (:mod:`~tvm_ext.tilegraph.epilogues`: the GEMM's dlight kernel may take them). The schedule
 stage builds the plan it finds on the kernel (:func:`~tvm_ext.tilegraph.schedule.build_tile_schedule`);
 each kernel is lowered alone first (``verify_lowering``), and one TVM refuses runs as dlight
 kernels instead, reported.
@@ -30,7 +31,8 @@ from ..select.candidate import Candidate
 from ..select.context import SelectionContext
 from ..select.generator import ScheduledKernel, ScheduleRefused, register_generator
 from ..select.measured import MeasuredCostModel
-from .connect import connect_graph, tile_candidate
+from .connect import connect_graph, plan_group, tile_candidate
+from .epilogues import epilogue_owners, without_foreign_epilogues
 from .plans import TilePlan
 from .schedule import TileScheduleError, build_tile_schedule
 
@@ -64,19 +66,41 @@ class TileGraphGenerator:
         return TilePlan.from_json(data)
 
     def candidates(self, ctx: SelectionContext) -> list[Candidate]:
-        """One candidate per connected group of two or more nodes, and one per saving merge the
-        greedy connecting planned but did not keep (the selector picks among them)."""
+        """One candidate per connected group of two or more nodes, one per saving merge the greedy
+        connecting planned but did not keep, and one per plannable part of those less the epilogues
+        of GEMMs outside them (the selector picks among them)."""
         start = time.perf_counter()
         groups = connect_graph(ctx, self.cost or MeasuredCostModel(), also_explored=True)
         planned = [g for g in groups if len(g.nodes) > 1 and g.plan is not None]
         out = [tile_candidate(ctx, g.nodes, g.plan, f"tile graph: {len(g.nodes)} nodes, "
                               + ("connected" if g.kept else "a saving merge the greedy connecting did not keep"))
                for g in planned]
+        trimmed = self._without_foreign_epilogues(ctx, [g.nodes for g in planned])
+        out += [tile_candidate(ctx, nodes, plan, f"tile graph: {len(nodes)} nodes, a connected group less the "
+                               "epilogue of a GEMM outside it") for nodes, plan in trimmed]
         kept = [g for g in planned if g.kept]
-        ctx.notes.append(f"tilegraph: {len(kept)} connected groups of {sum(len(g.nodes) for g in kept)} nodes and "
-                         f"{len(planned) - len(kept)} other saving merges, connected in "
-                         f"{time.perf_counter() - start:.1f} s")
+        ctx.notes.append(f"tilegraph: {len(kept)} connected groups of {sum(len(g.nodes) for g in kept)} nodes, "
+                         f"{len(planned) - len(kept)} other saving merges and {len(trimmed)} groups less a GEMM's "
+                         f"epilogue, connected in {time.perf_counter() - start:.1f} s")
         return out
+
+    @staticmethod
+    def _without_foreign_epilogues(ctx: SelectionContext, groups: list[tuple[int, ...]]) -> list[tuple]:
+        """(nodes, plan) of each new plannable part of ``groups`` less foreign epilogues."""
+        owners = epilogue_owners(ctx.graph)
+        seen = set(groups)
+        found = []
+        for group in groups:
+            for part in without_foreign_epilogues(ctx, group, owners):
+                if part in seen:
+                    continue
+                seen.add(part)
+                plan = plan_group(ctx, part)
+                if isinstance(plan, TilePlan):
+                    found.append((part, plan))
+                else:
+                    logger.debug("tilegraph: %s less a GEMM's epilogue has no tile: %s", part, plan)
+        return found
 
     def schedule(self, func: tirx.PrimFunc, plan: TilePlan, device: DeviceSpec) -> ScheduledKernel:
         """Build ``plan`` on ``func`` (:func:`~tvm_ext.tilegraph.schedule.build_tile_schedule`)."""
