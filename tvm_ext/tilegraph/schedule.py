@@ -166,8 +166,16 @@ def _spatial_and_reduce(sch, block, loops) -> tuple[list, list]:
     spatial, reduce = [], []
     for loop in loops:
         (reduce if sch.get(loop).loop_var in reduce_vars else spatial).append(loop)
+    return spatial, reduce
+
+
+def _under_tile(sch, block, anchor) -> tuple[list, list]:
+    """The spatial and reduction loops of ``block`` under the tile loop. A block that computes one
+    element per tile has no spatial loop there (``compute_at`` makes none of extent 1): it gets a
+    unit loop, above its reduction loops, for the threads to bind."""
+    spatial, reduce = _spatial_and_reduce(sch, block, _below(sch, block, anchor))
     if not spatial:
-        raise TileScheduleError(f"block '{realize.block.name_hint}' has no spatial loop under the tile")
+        spatial = [sch.add_unit_loop(reduce[0] if reduce else block)]
     return spatial, reduce
 
 
@@ -301,7 +309,7 @@ def tile_work(func: tirx.PrimFunc, output_tile: tuple[int, ...], inline: tuple[s
         out = []
         for name in t.names:
             block = t.sch.get_sblock(name)
-            spatial, reduce = _spatial_and_reduce(t.sch, block, _below(t.sch, block, t.bx))
+            spatial, reduce = _under_tile(t.sch, block, t.bx)
             contraction = is_contraction(t.sch.get(block))
             red = is_reduction(t.sch.get(block)) and not contraction
             fit = _fit(t.sch, block, spatial, reduce, t.cut) if contraction else None
@@ -320,14 +328,17 @@ def gcd_threads(work: list[BlockWork]) -> int:
 
 
 def _bind(sch, block, anchor, ty: int) -> None:
-    spatial, reduce = _spatial_and_reduce(sch, block, _below(sch, block, anchor))
+    spatial, reduce = _under_tile(sch, block, anchor)
     sch.reorder(*spatial, *reduce)
     fused = sch.fuse(*spatial) if len(spatial) > 1 else spatial[0]
     stmt = sch.get(block)
     if reduce and not is_contraction(stmt):          # a row reduction: rows on y, lanes reduce the row
-        _, y = sch.split(fused, [None, ty])
         row = sch.fuse(*reduce) if len(reduce) > 1 else reduce[0]
-        _, x = sch.split(row, [None, WARP])
+        if _extent(sch, fused) == 1:                 # one row per tile (a global pooling): every thread reduces it
+            _, y, x = sch.split(row, [None, ty, WARP])
+        else:
+            _, y = sch.split(fused, [None, ty])
+            _, x = sch.split(row, [None, WARP])
         sch.bind(y, "threadIdx.y")
         sch.bind(x, "threadIdx.x")
         return
@@ -368,7 +379,7 @@ def _fit(sch, block, spatial: list, reduce: list, cut: bool) -> WmmaFit | str:
 
 
 def _bind_wmma(sch, block, anchor, ty: int, shared_scope: str, cut: bool) -> list:
-    spatial, reduce = _spatial_and_reduce(sch, block, _below(sch, block, anchor))
+    spatial, reduce = _under_tile(sch, block, anchor)
     fit = _fit(sch, block, spatial, reduce, cut)
     if isinstance(fit, str):
         raise TileScheduleError(f"block '{sch.get(block).name_hint}' cannot run on tensor cores: {fit}")
