@@ -6,7 +6,7 @@ import tvm
 from tvm import relax
 from tvm.script import tirx as T
 
-from tvm_ext.tilegraph import TilePlan, build_tile_schedule, plan_group
+from tvm_ext.tilegraph import TilePlan, build_tile_schedule, gcd_threads, plan_group, tile_work
 from tvm_ext.testing.thread_serial import compare_scheduled
 from tvm_ext.toolchain import nvcc_available
 
@@ -30,16 +30,16 @@ def pool_scheduled(x: T.Buffer((T.int64(1), T.int64(8), T.int64(16), T.int64(16)
     T.func_attr({"tirx.is_scheduled": True, "tirx.noalias": True})
     lv_red_shared = T.sblock_alloc_buffer((T.int64(1), T.int64(8), T.int64(1), T.int64(1)), scope="shared")
     for tile in T.thread_binding(T.int64(8), thread="blockIdx.x"):
-        for u, k_0 in T.grid(1, T.int64(2)):
-            for k_1 in T.thread_binding(T.int64(4), thread="threadIdx.y"):
+        for u, k_0 in T.grid(1, T.int64(1)):
+            for k_1 in T.thread_binding(T.int64(8), thread="threadIdx.y"):
                 for k_2 in T.thread_binding(T.int64(32), thread="threadIdx.x"):
                     with T.sblock("lv_red"):
                         v_ax0 = T.axis.spatial(T.int64(1), T.int64(0))
                         v_ax1 = T.axis.spatial(T.int64(8), tile)
                         v_ax2 = T.axis.spatial(T.int64(1), T.int64(0))
                         v_ax3 = T.axis.spatial(T.int64(1), T.int64(0))
-                        v_k2 = T.axis.reduce(T.int64(16), (k_0 * T.int64(128) + k_1 * T.int64(32) + k_2) // T.int64(16))
-                        v_k3 = T.axis.reduce(T.int64(16), (k_0 * T.int64(128) + k_1 * T.int64(32) + k_2) % T.int64(16))
+                        v_k2 = T.axis.reduce(T.int64(16), (k_0 * T.int64(256) + k_1 * T.int64(32) + k_2) // T.int64(16))
+                        v_k3 = T.axis.reduce(T.int64(16), (k_0 * T.int64(256) + k_1 * T.int64(32) + k_2) % T.int64(16))
                         T.reads(x[v_ax0, v_ax1, v_k2, v_k3])
                         T.writes(lv_red_shared[v_ax0, v_ax1, v_ax2, v_ax3])
                         with T.init():
@@ -47,14 +47,14 @@ def pool_scheduled(x: T.Buffer((T.int64(1), T.int64(8), T.int64(16), T.int64(16)
                         lv_red_shared[v_ax0, v_ax1, v_ax2, v_ax3] = (lv_red_shared[v_ax0, v_ax1, v_ax2, v_ax3]
                                                                       + T.Cast("float32", x[v_ax0, v_ax1, v_k2, v_k3]))
         for o_0 in range(T.int64(1)):
-            for o_1 in T.thread_binding(T.int64(4), thread="threadIdx.y"):
+            for o_1 in T.thread_binding(T.int64(8), thread="threadIdx.y"):
                 for o_2 in T.thread_binding(T.int64(32), thread="threadIdx.x"):
                     with T.sblock("T_divide"):
                         v_ax0 = T.axis.spatial(T.int64(1), T.int64(0))
                         v_ax1 = T.axis.spatial(T.int64(8), tile)
                         v_ax2 = T.axis.spatial(T.int64(1), T.int64(0))
                         v_ax3 = T.axis.spatial(T.int64(1), T.int64(0))
-                        T.where((o_0 * T.int64(4) + o_1) * T.int64(32) + o_2 < T.int64(1))
+                        T.where((o_0 * T.int64(8) + o_1) * T.int64(32) + o_2 < T.int64(1))
                         T.reads(lv_red_shared[v_ax0, v_ax1, v_ax2, v_ax3])
                         T.writes(T_divide_intermediate[v_ax0, v_ax1, v_ax2, v_ax3])
                         T_divide_intermediate[v_ax0, v_ax1, v_ax2, v_ax3] = (lv_red_shared[v_ax0, v_ax1, v_ax2, v_ax3]
@@ -63,15 +63,28 @@ def pool_scheduled(x: T.Buffer((T.int64(1), T.int64(8), T.int64(16), T.int64(16)
 
 def test_one_channel_per_tile_spreads_the_pooling_over_every_thread():
     """A tile of one output element leaves the reduction no spatial loop under the tile: it gets a
-    unit loop, and all 128 threads (y and x) reduce the 256 pixels of its channel."""
+    unit loop, and the block's threads (y and x) reduce its channel's 256 pixels, one each: the gcd
+    rule sizes the block by the row (the final division, one output, is predicated at any size)."""
     ctx = _context(global_pool(8, 16))
     nodes = tuple(ctx.call_nodes())
     plan = plan_group(ctx, nodes)
-    assert isinstance(plan, TilePlan) and plan.output_tile == (1, 1, 1, 1) and plan.threads == 128
+    assert isinstance(plan, TilePlan) and plan.output_tile == (1, 1, 1, 1) and plan.threads == 256
     func = ctx.fused_function(nodes)
     scheduled = build_tile_schedule(func, plan)
     tvm.ir.assert_structural_equal(scheduled, pool_scheduled)
     assert compare_scheduled(func, scheduled).ok
+
+
+def test_a_one_output_tile_sizes_the_block_by_its_row():
+    """NAFNet's pooling at 256x256: the row of 65536 pixels fills 1024 threads; the division (one
+    output per tile) does not count. With 128 threads the cost model priced the kernel 4x dlight's
+    pooling (fewer threads in flight), which then kept the float32 copy it reads."""
+    ctx = _context(global_pool(32, 256))
+    nodes = tuple(ctx.call_nodes())
+    plan = plan_group(ctx, nodes)
+    work = tile_work(ctx.fused_function(nodes), plan.output_tile, plan.inline)
+    assert [(w.row_reduction, w.outputs, w.work) for w in work] == [(True, 1, 65536), (False, 1, 1)]
+    assert gcd_threads(work) == plan.threads == 1024
 
 
 @pytest.mark.parametrize("channels, size", [(32, 64), (512, 16), (3, 7)])

@@ -91,6 +91,8 @@ class BlockWork:
     #: (:mod:`~tvm_ext.tilegraph.padding`): every tile copies what it reads, which is no
     #: recomputation (an unpadded stage stages its operands alike).
     staging: bool = False
+    #: Elements each output of a row reduction reduces per tile (1 for other blocks).
+    row: int = 1
 
     @property
     def recompute(self) -> float:
@@ -107,10 +109,13 @@ class BlockWork:
     @property
     def work(self) -> int:
         """Thread slots it can use: its outputs, times a warp's lanes for a row reduction or a
-        tensor-core fragment (one warp per 16x16 fragment)."""
+        tensor-core fragment (one warp per 16x16 fragment); a row reduction of one output per tile
+        spreads its row over every thread (:func:`_bind`): the row's length."""
         if self.tensor_core:
             return self.wmma.fragments * WARP
-        return self.outputs * (WARP if self.row_reduction else 1)
+        if self.row_reduction:
+            return self.row if self.outputs == 1 else self.outputs * WARP
+        return self.outputs
 
     def shared_bytes(self, tensor_core: bool = True) -> int:
         """Shared memory of its per-tile buffer (none for a block storing an output to global),
@@ -314,16 +319,21 @@ def tile_work(func: tirx.PrimFunc, output_tile: tuple[int, ...], inline: tuple[s
             red = is_reduction(t.sch.get(block)) and not contraction
             fit = _fit(t.sch, block, spatial, reduce, t.cut) if contraction else None
             out.append(BlockWork(name, math.prod(_extent(t.sch, lp) for lp in spatial), red, *t.totals[name],
-                                 stores=name in t.stores, wmma=fit, tiles=t.tiles, staging=name in t.staging))
+                                 stores=name in t.stores, wmma=fit, tiles=t.tiles, staging=name in t.staging,
+                                 row=math.prod(_extent(t.sch, lp) for lp in reduce) if red else 1))
     except TVM_ERRORS as err:
         raise TileScheduleError(f"cannot tile: {str(err).strip().splitlines()[0][:300]}") from None
     return out
 
 
 def gcd_threads(work: list[BlockWork]) -> int:
-    """Welder §4.1's block size: the largest of :data:`THREAD_CHOICES` dividing every block's work
-    (so no block is predicated), else 128."""
-    g = math.gcd(*(w.work for w in work))
+    """Welder §4.1's block size: the largest of :data:`THREAD_CHOICES` dividing the work of every
+    block that can fill the smallest of them (so none of those is predicated; a block with less
+    work, a pooling's final division, is predicated at any size), else 128."""
+    filling = [w.work for w in work if w.work >= THREAD_CHOICES[-1]]
+    if not filling:
+        return THREAD_CHOICES[-1]
+    g = math.gcd(*filling)
     return next((t for t in THREAD_CHOICES if g % t == 0), THREAD_CHOICES[-1])
 
 
