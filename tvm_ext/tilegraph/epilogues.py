@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from ..graph import OpGraph
+from ..graph import OpGraph, components
 from ..select.context import SelectionContext
 from ..select.groups import compute_groups, is_compute_intensive
 
@@ -39,24 +39,6 @@ def epilogue_owners(graph: OpGraph) -> dict[int, tuple[int, frozenset[int]]]:
     return owners
 
 
-def _parts(graph: OpGraph, nodes: set[int]) -> list[set[int]]:
-    """The weakly connected parts of ``nodes`` (edges between two of them only)."""
-    parts, seen = [], set()
-    for start in sorted(nodes):
-        if start in seen:
-            continue
-        part, todo = set(), [start]
-        while todo:
-            n = todo.pop()
-            if n in part:
-                continue
-            part.add(n)
-            todo.extend(m for m in (*graph.producers(n), *graph.consumers(n)) if m in nodes and m not in part)
-        seen |= part
-        parts.append(part)
-    return parts
-
-
 def without_foreign_epilogues(ctx: SelectionContext, nodes: Iterable[int],
                               owners: Mapping[int, tuple[int, frozenset[int]]]) -> list[tuple[int, ...]]:
     """The parts of ``nodes`` left once every node of a compute group whose compute node is not
@@ -72,7 +54,9 @@ def without_foreign_epilogues(ctx: SelectionContext, nodes: Iterable[int],
             taken |= owners[n][1] & inside
     if not taken:
         return []
-    parts = (ctx.ordered(p) for p in _parts(ctx.graph, inside - taken) if len(p) > 1)
+    rest = ctx.ordered(inside - taken)
+    links = [(n, c) for n in rest for c in ctx.graph.consumers(n) if c in inside and c not in taken]
+    parts = (tuple(p) for p in components(rest, links) if len(p) > 1)
     return [p for p in parts if ctx.graph.is_convex(p)]
 
 
