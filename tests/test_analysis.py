@@ -168,6 +168,16 @@ def test_gather_is_conservative_along_the_gathered_dim(ops):
     assert got["ids"] == ((2, 2),)
 
 
+def test_a_representative_gather_tile_reads_one_row_per_index(ops):
+    """Traffic and footprint are priced on the representative tile: 2 indices read 2 rows of the
+    10-row table (where they lie is data), not all 10."""
+    got = _regions(ops, "gather", (2, 3), interior=True)
+    assert got["tab"] == ((0, 2), (0, 3)) and got["ids"] == ((0, 2),)
+    assert _regions(ops, "gather", (5, 6), interior=True)["tab"] == ((0, 5), (0, 6))
+    report = traffic(ops, _idx(ops, "gather"), (1, 6))
+    assert report.num_tiles == 5 and report.load_bytes == 5 * (6 * 4 + 8)     # a row and an index per tile
+
+
 def test_reshape_exact_and_conservative(ops):
     assert _regions(ops, "rs", (1, 6), (1, 1))["m"] == ((3, 1), (0, 6))   # flat 18..23 = row 3
     # flat 4..7 = m[0, 4:6] + m[1, 0:2]: the bounding box is both rows, all columns

@@ -10,7 +10,11 @@ Legalized functions such as softmax or layer_norm compute through intermediate
 it, so the final output's iterators stay the reference. softmax's input ``x`` is reported
 as ``x[o0, k]`` (max block), ``x[o0, o1]`` (exp block) and ``x[o0, k']`` (exp inside the
 sum block): the union of all reads. An index that loads from a tensor (gather / take) is
-data-dependent and marked ``None``: its region is the whole dimension.
+data-dependent and marked ``None``: the region of a concrete tile is the whole dimension. The
+representative tile (``interior=True``, the one traffic and footprint are priced on) reads only
+as many entries of that dimension as the index takes values over the tile: ``table[ids[o0, o1], o2]``
+for a tile of 4 x 768 outputs reads 4 rows of the table (where they lie is data; the region puts
+them at the start).
 
 Example
 -------
@@ -96,13 +100,26 @@ class AccessMap:
             analyzer.bind(var, _range(start, extent, var))
         return analyzer
 
+    @staticmethod
+    def _gathered_count(iterators, analyzer) -> int | None:
+        """Combinations of ``iterators`` over the bound tile: values a data-dependent index can take."""
+        count = 1
+        for var in iterators:
+            b = analyzer.const_int_bound(var)
+            if b.min_value <= tvm.sym.ConstIntBound.NEG_INF or b.max_value >= tvm.sym.ConstIntBound.POS_INF:
+                return None
+            count *= int(b.max_value) - int(b.min_value) + 1
+        return count
+
     def _region(self, accesses, shape, analyzer, interior: bool) -> Region:
         region = Region.empty(len(shape))
         for access in accesses:
             bounds = []
-            for dim, expr in zip(shape, access.indices):
+            gathered = access.gathered or (None,) * len(shape)
+            for dim, expr, iterators in zip(shape, access.indices, gathered):
                 if expr is None:
-                    bounds.append((0, dim - 1))
+                    count = self._gathered_count(iterators, analyzer) if interior and iterators is not None else None
+                    bounds.append((0, dim - 1 if count is None else min(count, dim) - 1))
                     continue
                 b = analyzer.const_int_bound(expr)
                 lo, hi = int(b.min_value), int(b.max_value)
@@ -206,7 +223,7 @@ def _simplifier(out_vars: tuple, shape: tuple[int, ...], free: Mapping):
         analyzer.bind(var, _range(start, extent, var))
 
     def simplify(access: Access) -> Access:
-        return Access(tuple(None if e is None else analyzer.simplify(e) for e in access.indices))
+        return Access(tuple(None if e is None else analyzer.simplify(e) for e in access.indices), access.gathered)
 
     return simplify
 
@@ -224,7 +241,7 @@ def _build(tracer: Tracer, out_param, out_name: str, in_params, in_names, input_
     for p, n in zip(in_params, in_names):
         for access in sink.reads.get(p, {}).values():
             access = simplify(access)
-            accesses[n].setdefault(access_key(access.indices), access)
+            accesses[n].setdefault(access_key(access.indices, access.gathered), access)
     # intra-function buffers only (another output parameter read through is not scratch)
     local = [b for b in sink.scratch if b not in tracer.params]
     return AccessMap(out_name, shape, out_vars, dict(sink.free),

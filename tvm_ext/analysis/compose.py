@@ -25,7 +25,7 @@ import tvm_ffi
 from tvm import tirx
 
 from ..errors import AnalysisError
-from ..graph import sblocks
+from ..graph import sblocks, tensor_loads
 from .dependency import vars_of
 
 _MAX_DEPTH = 64
@@ -33,9 +33,16 @@ _MAX_DEPTH = 64
 
 @dataclass(frozen=True, eq=False)
 class Access:
-    """One read of a tensor: an index expression per dimension (``None``: data-dependent)."""
+    """One read of a tensor: an index expression per dimension (``None``: data-dependent).
+
+    ``gathered`` has, for each dimension, the iterators a data-dependent index is computed from
+    (the indices of the tensor it loads, ``ids[o0, o1]`` in ``table[ids[o0, o1], o2]``), or
+    ``None`` where the index is not data-dependent or depends on something unknown. A
+    data-dependent index takes at most as many values as those iterators have combinations.
+    """
 
     indices: tuple
+    gathered: tuple = ()
 
     @property
     def data_dependent(self) -> bool:
@@ -46,9 +53,12 @@ class Access:
         return "[" + ", ".join("?" if e is None else str(e) for e in self.indices) + "]"
 
 
-def access_key(indices: Sequence) -> tuple:
+def access_key(indices: Sequence, gathered: Sequence = ()) -> tuple:
     """Hashable identity of an index tuple (free variables compare by identity)."""
-    return tuple(-1 if e is None else tvm_ffi.structural_hash(e) for e in indices)
+    key = tuple(-1 if e is None else tvm_ffi.structural_hash(e) for e in indices)
+    if any(g is not None for g in gathered):
+        key += tuple(None if g is None else frozenset(tvm_ffi.structural_hash(v) for v in g) for g in gathered)
+    return key
 
 
 def const_like(value: int, like) -> tirx.IntImm:
@@ -66,10 +76,11 @@ def buffer_shape(buffer) -> tuple[int, ...]:
     return tuple(dims)
 
 
-def _has_load(expr) -> bool:
-    found = []
-    tvm_ffi.structural_walk(expr, (tvm.ir.TensorLoad, found.append))
-    return bool(found)
+def _gathered(expr, sink: "Sink") -> frozenset | None:
+    """Iterators a data-dependent index ``expr`` is computed from (None: something unknown)."""
+    sources = {ld.source for ld in tensor_loads(expr)}
+    iterators = frozenset(v for v in vars_of(expr) if v not in sources)
+    return iterators if sink.known_vars(iterators) else None
 
 
 @dataclass
@@ -91,10 +102,13 @@ class Sink:
     fallback: bool = False
 
     def known(self, expr) -> bool:
-        return vars_of(expr) <= set(self.out_vars) | set(self.free)
+        return self.known_vars(vars_of(expr))
 
-    def add(self, table: dict, buffer, indices: tuple) -> None:
-        table.setdefault(buffer, {}).setdefault(access_key(indices), Access(indices))
+    def known_vars(self, variables) -> bool:
+        return set(variables) <= set(self.out_vars) | set(self.free)
+
+    def add(self, table: dict, buffer, indices: tuple, gathered: tuple = ()) -> None:
+        table.setdefault(buffer, {}).setdefault(access_key(indices, gathered), Access(indices, gathered))
 
 
 class Tracer:
@@ -152,19 +166,22 @@ class Tracer:
     def _reads(self, facts: _BlockFacts, binding: dict, sink: Sink, depth: int) -> None:
         remap = (tvm.ir.Var, lambda v: binding.get(v, v))
         for load in facts.loads:
-            indices = []
+            indices, gathered = [], []
             for idx in load.indices:
                 expr = tvm_ffi.structural_map(idx, remap)
-                indices.append(None if _has_load(expr) or not sink.known(expr) else expr)
+                loaded = bool(tensor_loads(expr))
+                indices.append(None if loaded or not sink.known(expr) else expr)
+                gathered.append(_gathered(expr, sink) if loaded else None)
             indices = tuple(indices)
+            gathered = tuple(gathered) if any(g is not None for g in gathered) else ()
             if load.source in self.inputs:
-                sink.add(sink.reads, load.source, indices)
+                sink.add(sink.reads, load.source, indices, gathered)
                 continue
             if load.source not in self.writers:
                 sink.fallback = True  # read of a buffer nobody in this function writes
                 continue
-            sink.add(sink.scratch, load.source, indices)
-            key = (load.source, access_key(indices))
+            sink.add(sink.scratch, load.source, indices, gathered)
+            key = (load.source, access_key(indices, gathered))
             if key not in sink.seen:
                 sink.seen.add(key)
                 self.trace(load.source, indices, sink, depth + 1)

@@ -2,9 +2,9 @@
 from .classify import (OpClass, PATTERN_NAMES, classify, func_flops, has_contraction, is_contraction, is_reduction,
                        sblocks)
 from .components import components
-from .gather import gathered_reads
+from .gather import gathered_reads, tensor_loads
 from .opgraph import DEFAULT_INTENSITY_THRESHOLD, OpGraph, OpNode, TensorInfo, TensorKind, element_bytes
 
 __all__ = ["OpClass", "PATTERN_NAMES", "classify", "func_flops", "has_contraction", "is_contraction", "is_reduction",
            "sblocks",
-           "components", "gathered_reads", "DEFAULT_INTENSITY_THRESHOLD", "OpGraph", "OpNode", "TensorInfo", "TensorKind", "element_bytes"]
+           "components", "gathered_reads", "tensor_loads", "DEFAULT_INTENSITY_THRESHOLD", "OpGraph", "OpNode", "TensorInfo", "TensorKind", "element_bytes"]

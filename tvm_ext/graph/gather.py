@@ -22,10 +22,11 @@ from tvm import tirx
 from .classify import sblocks
 
 
-def _has_load(expr) -> bool:
-    found = []
-    tvm_ffi.structural_walk(expr, (tvm.ir.TensorLoad, lambda n: found.append(n)))
-    return bool(found)
+def tensor_loads(expr) -> list:
+    """Every tensor load in ``expr`` (a data-dependent index has one or more)."""
+    found: list = []
+    tvm_ffi.structural_walk(expr, (tvm.ir.TensorLoad, found.append))
+    return found
 
 
 def _executions(block) -> int | None:
@@ -65,11 +66,11 @@ def gathered_reads(func: tirx.PrimFunc) -> dict[int, int]:
             k = params.get(load.source)
             if k is None:
                 continue
-            if runs is None or not any(_has_load(i) for i in load.indices):
+            if runs is None or not any(tensor_loads(i) for i in load.indices):
                 whole.add(k)
             else:
                 bound[k] = bound.get(k, 0) + runs
     return {k: n for k, n in bound.items() if k not in whole}
 
 
-__all__ = ["gathered_reads"]
+__all__ = ["gathered_reads", "tensor_loads"]
