@@ -22,7 +22,7 @@ from tvm_ext.toolchain import nvcc_available
 from test_tilegraph_kernels import TARGETS, _context, compile_one_kernel
 
 
-def embedding(vocab: int = 1000, seq: int = 32, width: int = 64, dtype: str = "float32") -> relax.Function:
+def embedding(vocab: int = 1000, seq: int = 32, width: int = 64, dtype: str = "float32") -> tvm.IRModule:
     """``layer_norm(table[ids] + pos)``: a transformer's embedding."""
     bb = relax.BlockBuilder()
     t = relax.TensorType

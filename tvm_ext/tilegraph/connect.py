@@ -43,11 +43,11 @@ from ..graph import has_contraction, is_reduction, sblocks
 from ..select.candidate import Candidate, CodePath, LaunchShape, boundary_bytes
 from ..select.context import SelectionContext
 from ..select.emit import EmitError
-from .enumerate import TileCandidate, enumerate_tiles
+from .enumerate import MMA_FRAGMENT as FRAGMENT, TileCandidate, enumerate_tiles
 from .padding import paddable, padding_flops
 from .plans import TilePlan
 from .schedule import WARP, BlockWork, TileScheduleError, gcd_threads, tile_work
-from .tensor_core import Misaligned
+from .tensor_core import Misaligned, stepped_reduction
 from .tile_graph import ConnectLevel, TileGraph
 
 logger = logging.getLogger(__name__)
@@ -164,7 +164,7 @@ def plan_group(ctx: SelectionContext, members: tuple[int, ...]) -> TilePlan | st
                         levels=tuple((e.tensor, tg.connect_level(e).label) for e in tg.edges),
                         code_path=code_path, tensor_core=tensor_core,
                         dynamic_shared=shared > ctx.device.max_shared_memory_per_block,
-                        padded=best.padded, padding_flops=padding_flops(func, work, best.padded))
+                        padded=best.padded, padding_flops=padding_flops(func, work, best.padded), kstep=best.kstep)
 
     return ctx.memo(("tilegraph", ctx.signature(members)), plan)
 
@@ -176,6 +176,7 @@ class _Buildable(NamedTuple):
     cand: TileCandidate
     work: list[BlockWork]
     padded: tuple[str, ...] = ()    # contractions padded to whole fragments
+    kstep: int = 0                  # tensor-core operands staged in reduction steps
 
     @property
     def overlap(self) -> float:
@@ -225,8 +226,13 @@ def _best_buildable(ranked: list[TileCandidate], func, inline: tuple[str, ...],
             options.insert(0, padded)
         for option, pads in options:
             problem = _unbuildable(option, shared_limit)
+            kstep = 0
+            if problem and _staging_overflows(option, shared_limit):
+                stepped = _stepped_option(func, cand.output_tile, inline, pads, option, shared_limit)
+                if stepped is not None:
+                    (option, kstep), problem = stepped, ""
             if not problem:
-                buildable.append(_Buildable(rank, cand, option, pads))
+                buildable.append(_Buildable(rank, cand, option, pads, kstep))
                 break
         if problem:
             refused = f"tile {cand.output_tile}: {problem}"
@@ -252,6 +258,35 @@ def _padded_option(func, tile: tuple[int, ...], inline: tuple[str, ...],
     if sum(w.tensor_core for w in padded) <= sum(w.tensor_core for w in work):
         return None
     return padded, names
+
+
+def _staging_overflows(work: list[BlockWork], shared_limit: int) -> bool:
+    """Whether the kernel's shared memory exceeds ``shared_limit`` only with its tensor-core
+    stages' staged operands."""
+    staged = sum(w.wmma.staged_bytes for w in work if w.tensor_core)
+    total = sum(w.shared_bytes() for w in work)
+    return staged > 0 and total > shared_limit >= total - staged
+
+
+def _stepped_option(func, tile: tuple[int, ...], inline: tuple[str, ...], pads: tuple[str, ...],
+                    work: list[BlockWork], shared_limit: int) -> tuple[list[BlockWork], int] | None:
+    """The tile's work with its tensor-core stages staging their operands in reduction steps
+    (:func:`~tvm_ext.tilegraph.tensor_core.stepped_reduction`): the largest step, a multiple of 16
+    dividing a stage's reduction, with which the kernel builds; None if none does."""
+    stages = [w.wmma for w in work if w.tensor_core and w.wmma.staged_bytes]
+    other = sum(w.shared_bytes() for w in work) - sum(f.staged_bytes for f in stages)
+    steps = sorted({k for f in stages for k in range(FRAGMENT, f.depth, FRAGMENT) if f.depth % k == 0}, reverse=True)
+    for k in steps:
+        # staged bytes are linear in the rows staged: the estimate picks the step, tile_work checks it
+        if other + sum(f.staged_bytes * (k if stepped_reduction(k, f.depth) else f.depth) // f.depth
+                       for f in stages) > shared_limit:
+            continue
+        try:
+            stepped = tile_work(func, tile, inline, pads, k)
+        except TileScheduleError:
+            return None
+        return (stepped, k) if not _unbuildable(stepped, shared_limit) else None
+    return None
 
 
 def _simt(work: list[BlockWork]) -> list[BlockWork]:

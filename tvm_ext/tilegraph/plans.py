@@ -17,6 +17,9 @@ sub-graph) and says how the schedule builder (:mod:`tvm_ext.tilegraph.schedule`)
 * ``padded`` — contraction blocks padded to whole WMMA fragments before tiling
   (:mod:`~tvm_ext.tilegraph.padding`), so that they run on tensor cores at extents like ViT's 197
   tokens; ``padding_flops`` is what the padding computes and discards;
+* ``kstep`` — the tensor-core stages stage their operands from global memory that many
+  reduction rows at a time (0: the whole reduction of the tile at once), for tiles whose whole
+  operands exceed shared memory (:func:`~tvm_ext.tilegraph.tensor_core.stepped_reduction`);
 * ``dynamic_shared`` — the shared buffers live in dynamic shared memory (``shared.dyn``), for a
   kernel whose shared memory exceeds the static 48 KiB (up to the device's opt-in limit).
 
@@ -62,6 +65,8 @@ class TilePlan:
     padded: tuple[str, ...] = ()
     #: Flops the padding adds (zero rows and columns computed and discarded), priced with the kernel.
     padding_flops: int = 0
+    #: Reduction rows the tensor-core stages stage at a time (0: whole).
+    kstep: int = 0
 
     @property
     def shared_scope(self) -> str:
@@ -74,7 +79,7 @@ class TilePlan:
                 "grid": self.grid, "shared_bytes": self.shared_bytes, "traffic_bytes": self.traffic_bytes,
                 "levels": [list(x) for x in self.levels], "code_path": self.code_path,
                 "tensor_core": list(self.tensor_core), "dynamic_shared": self.dynamic_shared,
-                "padded": list(self.padded), "padding_flops": self.padding_flops}
+                "padded": list(self.padded), "padding_flops": self.padding_flops, "kstep": self.kstep}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> "TilePlan":
@@ -87,7 +92,7 @@ class TilePlan:
                    tensor_core=tuple(str(x) for x in data.get("tensor_core", ())),
                    dynamic_shared=bool(data.get("dynamic_shared", False)),
                    padded=tuple(str(x) for x in data.get("padded", ())),
-                   padding_flops=int(data.get("padding_flops", 0)))
+                   padding_flops=int(data.get("padding_flops", 0)), kstep=int(data.get("kstep", 0)))
 
     def measured_config(self) -> dict[str, Any]:
         """What a measurement of this kernel is keyed by: the schedule's choices."""
@@ -95,6 +100,8 @@ class TilePlan:
                   "tensor_core": list(self.tensor_core)}
         if self.padded:         # only then: unpadded kernels keep the keys they were measured under
             config["padded"] = list(self.padded)
+        if self.kstep:
+            config["kstep"] = self.kstep
         return config
 
     def summary(self) -> str:
@@ -102,6 +109,7 @@ class TilePlan:
         tile = "x".join(map(str, self.output_tile))
         tc = f", {len(self.tensor_core)} on tensor cores" if self.tensor_core else ""
         tc += f" ({len(self.padded)} padded to whole fragments)" if self.padded else ""
+        tc += f", operands staged {self.kstep} reduction rows at a time" if self.kstep else ""
         return (f"tilegraph: tile {tile}, grid {self.grid} x {self.threads} threads, "
                 f"{self.shared_bytes / 1024:.1f} KiB shared, {len(self.inline)} inlined{tc}")
 

@@ -23,7 +23,8 @@ paper's kernel stitching):
   puts its rows on ``threadIdx.y`` and reduces each row across the 32 lanes of ``threadIdx.x``;
   every other block spreads its tile's outputs over ``threadIdx.y x threadIdx.x``;
 * **contractions** (the GEMMs inside): those the plan names in ``tensor_core`` run on WMMA
-  fragments, one 16x16 output fragment per warp at a time (:mod:`tvm_ext.tilegraph.tensor_core`);
+  fragments, one 16x16 output fragment per warp at a time, their operands from global memory
+  staged whole or, with the plan's ``kstep``, in reduction steps (:mod:`tvm_ext.tilegraph.tensor_core`);
   any other accumulates one output per thread in a register (``cache_write`` to ``local``,
   written back by the same thread; in place where TVM would size the register buffer over a cut
   border tile), reduction loop serial: SIMT code.
@@ -52,7 +53,7 @@ from ..errors import TVM_ERRORS, TvmExtError
 from ..graph import element_bytes, is_contraction, is_reduction, sblocks
 from .plans import TilePlan
 from .padding import PaddingError, pad_to_fragments
-from .tensor_core import Misaligned, WmmaFit, schedule_wmma, wmma_fit
+from .tensor_core import Misaligned, WmmaFit, loops_below, schedule_wmma, wmma_fit
 from .tensor_core import tensorize as tensorize_stages
 
 #: Lanes of one warp: the ``threadIdx.x`` extent of every block (a row reduction's lanes).
@@ -276,12 +277,10 @@ def _tiled(func: tirx.PrimFunc, plan: TilePlan) -> _Tiled:
 
 
 def _below(sch, block, anchor) -> list:
-    loops = list(sch.get_loops(block))
-    target = sch.get(anchor)
-    for k, loop in enumerate(loops):
-        if sch.get(loop).same_as(target):
-            return loops[k + 1:]
-    raise TileScheduleError(f"block '{sch.get(block).name_hint}' is not under the tile loop")
+    loops = loops_below(sch, block, anchor)
+    if loops is None:
+        raise TileScheduleError(f"block '{sch.get(block).name_hint}' is not under the tile loop")
+    return loops
 
 
 def _totals(func: tirx.PrimFunc) -> dict[str, tuple[int, int]]:
@@ -299,10 +298,11 @@ def _totals(func: tirx.PrimFunc) -> dict[str, tuple[int, int]]:
 
 
 def tile_work(func: tirx.PrimFunc, output_tile: tuple[int, ...], inline: tuple[str, ...] = (),
-              padded: tuple[str, ...] = ()) -> list[BlockWork]:
+              padded: tuple[str, ...] = (), kstep: int = 0) -> list[BlockWork]:
     """Per-tile work of every block of the kernel ``output_tile`` makes of ``func`` (the tiled
     output block last), its ``padded`` contractions padded to whole fragments
-    (:mod:`~tvm_ext.tilegraph.padding`).
+    (:mod:`~tvm_ext.tilegraph.padding`), its tensor-core stages staging operands ``kstep``
+    reduction rows at a time where that applies (:func:`~tvm_ext.tilegraph.tensor_core.stepped_reduction`).
 
     Raises
     ------
@@ -317,7 +317,7 @@ def tile_work(func: tirx.PrimFunc, output_tile: tuple[int, ...], inline: tuple[s
             spatial, reduce = _under_tile(t.sch, block, t.bx)
             contraction = is_contraction(t.sch.get(block))
             red = is_reduction(t.sch.get(block)) and not contraction
-            fit = _fit(t.sch, block, spatial, reduce, t.cut) if contraction else None
+            fit = _fit(t.sch, block, spatial, reduce, t.cut, kstep) if contraction else None
             out.append(BlockWork(name, math.prod(_extent(t.sch, lp) for lp in spatial), red, *t.totals[name],
                                  stores=name in t.stores, wmma=fit, tiles=t.tiles, staging=name in t.staging,
                                  row=math.prod(_extent(t.sch, lp) for lp in reduce) if red else 1))
@@ -378,26 +378,26 @@ def _accumulate_in_register(sch, block, thread_loop) -> None:
 CUT_TILE = Misaligned("the tile does not divide the output (a cut border tile has no whole WMMA fragments)")
 
 
-def _fit(sch, block, spatial: list, reduce: list, cut: bool) -> WmmaFit | str:
+def _fit(sch, block, spatial: list, reduce: list, cut: bool, kstep: int = 0) -> WmmaFit | str:
     """:func:`~tvm_ext.tilegraph.tensor_core.wmma_fit` of ``block`` with its loops under the tile
     (refused where a cut border tile predicates them; a contraction padded to whole fragments
     computes its border tile whole, into its padded buffer)."""
     realize = _realize(sch, block)
     if cut and not (isinstance(realize.predicate, tirx.IntImm) and int(realize.predicate.value) == 1):
         return CUT_TILE
-    return wmma_fit(sch, block, realize, spatial, reduce, lambda lp: _extent(sch, lp))
+    return wmma_fit(sch, block, realize, spatial, reduce, lambda lp: _extent(sch, lp), kstep)
 
 
-def _bind_wmma(sch, block, anchor, ty: int, shared_scope: str, cut: bool) -> list:
+def _bind_wmma(sch, block, anchor, ty: int, shared_scope: str, cut: bool, kstep: int) -> list:
     spatial, reduce = _under_tile(sch, block, anchor)
-    fit = _fit(sch, block, spatial, reduce, cut)
+    fit = _fit(sch, block, spatial, reduce, cut, kstep)
     if isinstance(fit, str):
         raise TileScheduleError(f"block '{sch.get(block).name_hint}' cannot run on tensor cores: {fit}")
     if fit.fragments % ty:
         raise TileScheduleError(f"{fit.fragments} tensor-core fragments of '{sch.get(block).name_hint}' "
                                 f"do not divide over {ty} warps")
     return schedule_wmma(sch, block, anchor, spatial, reduce, fit, warps=ty,
-                         bind_copy=lambda copy: _bind(sch, copy, anchor, ty), shared_scope=shared_scope)
+                         bind_copy=lambda copy, loop: _bind(sch, copy, loop, ty), shared_scope=shared_scope)
 
 
 def build_tile_schedule(func: tirx.PrimFunc, plan: TilePlan, *, tensorize: bool = True) -> tirx.PrimFunc:
@@ -425,7 +425,7 @@ def build_tile_schedule(func: tirx.PrimFunc, plan: TilePlan, *, tensorize: bool 
         stages = []
         for name in names:
             if name in plan.tensor_core:
-                stages += _bind_wmma(sch, sch.get_sblock(name), bx, ty, plan.shared_scope, cut)
+                stages += _bind_wmma(sch, sch.get_sblock(name), bx, ty, plan.shared_scope, cut, plan.kstep)
             else:
                 _bind(sch, sch.get_sblock(name), bx, ty)
         if tensorize:

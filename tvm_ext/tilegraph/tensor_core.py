@@ -17,14 +17,22 @@ a one-output-per-thread (SIMT) contraction.
 
 **How** (:func:`schedule_wmma`):
 
-* an operand read from global memory is staged whole per tile into shared memory, copied by all
-  threads of the block (no reduction-step staging or ``cp.async`` yet); an operand produced in
-  the kernel is already in shared memory (shared connection);
+* an operand read from global memory is staged per tile into shared memory, copied by all
+  threads of the block (no ``cp.async`` yet): whole, or ``kstep`` rows of the reduction at a time
+  where the whole operand does not fit (below); an operand produced in the kernel is already in
+  shared memory (shared connection);
 * the tile's 16x16 output fragments (batch dimensions included) are spread over the warps
   (``threadIdx.y``); a warp accumulates one fragment at a time over ``k`` in steps of 16 in a
   ``wmma.accumulator`` fragment, loading its ``A`` and ``B`` fragments from shared memory;
 * the fragment is stored to the block's buffer: shared memory for an intermediate, global memory
   for the kernel's output.
+
+**Reduction steps** (``kstep``, the plan's choice where the whole operands exceed shared memory,
+e.g. a layer norm feeding a 768-wide GEMM in one 16 x 768 tile): the reduction runs in steps of
+``kstep``; each step all threads copy the step's rows of the staged operands, and every warp
+advances all its fragments, each held in its own accumulator across the steps (a warp takes
+neighbouring fragments, so they store as one box). Only for a tile that is one row or column of
+fragments without batch dimensions.
 
 ``tensorize=False`` builds the same loops without the intrinsics: the program a tensor-core
 kernel computes, which the CPU can run thread-serialized (TVM's ``tensorize`` replaces each
@@ -64,7 +72,11 @@ class WmmaFit:
     fragments : int
         16x16 output fragments per tile (batch dimensions included): the block's warp jobs.
     staged_bytes : int
-        Shared memory of the operands staged from global memory, per tile.
+        Shared memory of the operands staged from global memory, per tile (per reduction step).
+    kstep : int
+        Reduction rows staged at a time (0: the whole reduction of the tile at once).
+    depth : int
+        The reduction's extent per tile.
     a, b : int
         Buffer positions, in the block's reads, of the ``A`` and ``B`` operands.
     """
@@ -75,6 +87,8 @@ class WmmaFit:
     staged_bytes: int
     a: int
     b: int
+    kstep: int = 0
+    depth: int = 0
 
 
 class Misaligned(str):
@@ -137,11 +151,12 @@ def _independent(load, moving: set) -> bool:
     return not any(_vars(e) & moving for e in list(load.indices)[:-2])
 
 
-def wmma_fit(sch, block, realize, spatial: list, reduce: list, extent) -> WmmaFit | str:
+def wmma_fit(sch, block, realize, spatial: list, reduce: list, extent, kstep: int = 0) -> WmmaFit | str:
     """How ``block`` (a contraction computed per tile) maps onto WMMA fragments, or why it cannot.
 
     ``realize`` is its ``SBlockRealize``; ``spatial`` and ``reduce`` are its loops under the tile
-    loop; ``extent(loop)`` their extents.
+    loop; ``extent(loop)`` their extents. ``kstep`` stages operands that many reduction rows at a
+    time, where it applies (:func:`stepped_reduction`); else whole.
     """
     stmt = sch.get(block)
     found = _operands(stmt)
@@ -173,15 +188,32 @@ def wmma_fit(sch, block, realize, spatial: list, reduce: list, extent) -> WmmaFi
         # fragments are dealt to warps from one fused loop: an operand fragment indexed by only
         # part of it (A by the row, B by the column) is no iterator map TVM can blockize
         return f"tile {lead * m}x{n} is not one row or one column of {FRAGMENT}x{FRAGMENT} fragments"
-    staged = sum(lead * rows * cols * 2 for load, rows, cols in ((a, m, depth), (b, depth, n))
-                 if buffer_scope(load.source) == "global")
+    from_global = [buffer_scope(load.source) == "global" for load in (a, b)]
+    step = stepped_reduction(kstep, depth, lead) if any(from_global) else 0
+    rows_k = step or depth
+    staged = sum(lead * rows * cols * 2 for glob, rows, cols in zip(from_global, (m, rows_k), (rows_k, n)) if glob)
     reads = [r.source for r in stmt.reads]
     pos_a = next(p for p, buf in enumerate(reads) if buf.same_as(a.source))
     pos_b = next(p for p, buf in enumerate(reads) if buf.same_as(b.source))
     if pos_a == pos_b:
         return "A and B are the same buffer"
     return WmmaFit(trans_b, str(store.buffer.ty.dtype), lead * (m // FRAGMENT) * (n // FRAGMENT), staged,
-                   pos_a, pos_b)
+                   pos_a, pos_b, step, depth)
+
+
+def stepped_reduction(kstep: int, depth: int, lead: int = 1) -> int:
+    """The reduction step a tensor-core stage of reduction ``depth`` per tile stages its operands
+    in, for the plan's ``kstep``: ``kstep`` where it is a multiple of 16 below ``depth`` that
+    divides it and the tile has no batch dimensions (``lead`` 1), else 0 (whole).
+
+    Examples
+    --------
+    >>> stepped_reduction(64, 768), stepped_reduction(64, 64), stepped_reduction(48, 64)
+    (64, 0, 0)
+    """
+    if kstep <= 0 or kstep % FRAGMENT or kstep >= depth or depth % kstep or lead != 1:
+        return 0
+    return kstep
 
 
 def _intrinsics(fit: WmmaFit, output_scope: str, dynamic: bool) -> dict[str, str]:
@@ -205,9 +237,9 @@ def schedule_wmma(sch, block, anchor, spatial: list, reduce: list, fit: WmmaFit,
                   bind_copy: Callable, shared_scope: str = "shared") -> list:
     """Schedule ``block`` (computed per tile under ``anchor``) on WMMA fragments (module docstring).
 
-    ``bind_copy(block)`` spreads a staging copy (computed per tile) over the block's threads;
-    ``shared_scope`` is the kernel's shared memory (``"shared"``, or ``"shared.dyn"`` beyond the
-    static limit).
+    ``bind_copy(block, loop)`` spreads a staging copy computed under ``loop`` over the block's
+    threads; ``shared_scope`` is the kernel's shared memory (``"shared"``, or ``"shared.dyn"``
+    beyond the static limit). ``fit.kstep`` stages the operands in reduction steps.
     Returns its stages and their intrinsics, for :func:`tensorize` once the kernel is scheduled.
     """
     stmt = sch.get(block)
@@ -217,10 +249,17 @@ def schedule_wmma(sch, block, anchor, spatial: list, reduce: list, fit: WmmaFit,
     io, ii = sch.split(i, [None, FRAGMENT])
     jo, ji = sch.split(j, [None, FRAGMENT])
     ko, ki = sch.split(reduce[0], [None, FRAGMENT])
-    sch.reorder(*lead, io, jo, ko, ii, ji, ki)
-    fragments = sch.fuse(*lead, io, jo)
-    each, warp_loop = sch.split(fragments, [None, warps])
-    sch.reorder(warp_loop, each)
+    if fit.kstep:
+        step, ko = sch.split(ko, [None, fit.kstep // FRAGMENT])
+        sch.reorder(*lead, io, jo, step, ko, ii, ji, ki)
+        warp_loop, each = sch.split(sch.fuse(*lead, io, jo), [warps, None])    # neighbouring fragments
+        sch.reorder(warp_loop, step, each)
+        stage_at, accumulate_at = step, warp_loop
+    else:
+        sch.reorder(*lead, io, jo, ko, ii, ji, ki)
+        each, warp_loop = sch.split(sch.fuse(*lead, io, jo), [None, warps])
+        sch.reorder(warp_loop, each)
+        stage_at, accumulate_at = anchor, each
     sch.bind(warp_loop, "threadIdx.y")
 
     def position(buf) -> int:
@@ -230,8 +269,8 @@ def schedule_wmma(sch, block, anchor, spatial: list, reduce: list, fit: WmmaFit,
     for buf in (a_buf, b_buf):
         if buffer_scope(buf) == "global":
             staged = sch.cache_read(block, position(buf), shared_scope, consumer_blocks=[block])
-            sch.compute_at(staged, anchor)
-            bind_copy(staged)
+            sch.compute_at(staged, stage_at)
+            bind_copy(staged, stage_at)
             buf = sch.get(staged).writes[0].source
         sources.append(buf)
     frag_a = sch.cache_read(block, position(sources[0]), "wmma.matrix_a", consumer_blocks=[block])
@@ -239,11 +278,26 @@ def schedule_wmma(sch, block, anchor, spatial: list, reduce: list, fit: WmmaFit,
     frag_b = sch.cache_read(block, position(sources[1]), "wmma.matrix_b", consumer_blocks=[block])
     sch.compute_at(frag_b, ko)
     accumulate = sch.cache_write(block, 0, "wmma.accumulator")
-    sch.reverse_compute_at(accumulate, each)
-    init = sch.decompose_reduction(block, ko)
+    sch.reverse_compute_at(accumulate, accumulate_at)
+    if fit.kstep:       # the warp's fragments, stored one 16x16 fragment at a time
+        *_, rows, cols = loops_below(sch, accumulate, warp_loop)
+        rows_o, rows_i = sch.split(rows, [None, FRAGMENT])
+        cols_o, cols_i = sch.split(cols, [None, FRAGMENT])
+        sch.reorder(rows_o, cols_o, rows_i, cols_i)
+    init = sch.decompose_reduction(block, step if fit.kstep else ko)
     use = _intrinsics(fit, output_scope, dynamic=shared_scope == "shared.dyn")
     return [(frag_a, use["a"]), (frag_b, use["b"]), (init, use["fill"]), (accumulate, use["store"]),
             (block, use["sync"])]
+
+
+def loops_below(sch, block, loop) -> list | None:
+    """The loops of ``block`` nested in ``loop`` (None: ``block`` is not under ``loop``)."""
+    loops = list(sch.get_loops(block))
+    target = sch.get(loop)
+    for k, lp in enumerate(loops):
+        if sch.get(lp).same_as(target):
+            return loops[k + 1:]
+    return None
 
 
 def tensorize(sch, stages: list) -> None:
@@ -258,4 +312,4 @@ def tensorize(sch, stages: list) -> None:
             sch.tensorize(loops[-2], intrinsic)
 
 
-__all__ = ["Misaligned", "WmmaFit", "schedule_wmma", "tensorize", "wmma_fit"]
+__all__ = ["Misaligned", "WmmaFit", "schedule_wmma", "stepped_reduction", "tensorize", "wmma_fit"]
