@@ -14,7 +14,10 @@ from tvm.script import tirx as T
 
 from tvm_ext.testing.thread_serial import compare_scheduled
 from tvm_ext.tilegraph import TilePlan, build_tile_schedule, plan_group, tile_work
+from tvm_ext.tilegraph.enumerate import enumerate_tiles
 from tvm_ext.tilegraph.tensor_core import stepped_reduction
+from tvm_ext.tilegraph.tile_graph import TileGraph
+from tvm_ext.tilegraph.connect import edge_level
 from tvm_ext.toolchain import nvcc_available
 
 from test_tilegraph_kernels import TARGETS, _context, _legal, compile_one_kernel
@@ -159,6 +162,16 @@ def test_a_layer_norm_feeds_a_768_wide_gemm_in_one_kernel_on_tensor_cores():
     assert all(w.recompute == 1.0 for w in work.values())
     check = compare_scheduled(func, build_tile_schedule(func, plan, tensorize=False))
     assert check.ok, check
+
+
+def test_tile_growth_reaches_a_width_past_one_that_cuts_it():
+    """512 of 768 columns cuts a border tile, which costs more than 256 columns; growth, which never
+    adds traffic, also tries the next size that divides the dimension."""
+    ctx = _context(norm_gemm())
+    tg = TileGraph(ctx.graph, tuple(ctx.call_nodes()))
+    tg.set_connects({e: edge_level(ctx, e.producer, e.consumer) for e in tg.edges})
+    ranked = enumerate_tiles(tg, ctx.device, shared_capacity=ctx.device.max_shared_memory_per_block_optin)
+    assert (16, 768) in [c.output_tile for c in ranked]
 
 
 def test_a_plan_keeps_its_step_through_json():

@@ -243,13 +243,17 @@ class _Search:
             blocks_per_sm=tuple(blocks), waves=waves, score=(penalized + 1.0) * waves)
 
     def grow(self, tile: tuple[int, ...]) -> list[tuple[int, ...]]:
-        """One-step growths of ``tile`` along each dimension (next aligned size)."""
+        """One-step growths of ``tile`` along each dimension: the next aligned size and, where that
+        does not divide the dimension, the next one that does (or the whole dimension). A size that
+        cuts the dimension charges its border tile whole, so it can cost more than both its
+        neighbours (512 of 768 columns): growth, which never adds traffic, would stop there."""
         out = []
         for d, size in enumerate(tile):
-            ladder = self.ladders[d]
-            bigger = [s for s in ladder if s > size]
-            if bigger:
-                out.append(tile[:d] + (bigger[0],) + tile[d + 1:])
+            bigger = [s for s in self.ladders[d] if s > size]
+            dim = self.shape[d]
+            dividing = [s for s in bigger if dim % s == 0]
+            for s in dict.fromkeys(bigger[:1] + dividing[:1]):
+                out.append(tile[:d] + (s,) + tile[d + 1:])
         return out
 
 
