@@ -108,6 +108,20 @@ def test_a_store_past_the_end_of_an_output_fails_the_check_by_name():
     assert compare_scheduled(_doubled, _doubled, inputs=1) == KernelCheck(True, 0.0, 1, ())
 
 
+@T.prim_func(private=True, s_tir=True)
+def _scaled(a: T.Buffer((T.int64(6),), "float32"), s: T.Buffer((), "float32"), b: T.Buffer((T.int64(6),), "float32")):
+    for i in range(T.int64(6)):
+        with T.sblock("b"):
+            vi = T.axis.spatial(T.int64(6), i)
+            b[vi] = a[vi] * s[()]
+
+
+def test_a_scalar_tensor_parameter_is_passed_as_one():
+    """A 0-d parameter (BERT's attention mask selects between two scalar tensors) is run as a 0-d
+    array, not the 1-element vector ``np.ascontiguousarray`` makes of it."""
+    assert compare_scheduled(_scaled, _scaled, inputs=2).ok
+
+
 def test_schedule_stage_leaves_its_input_alone():
     from tvm_ext.dlight import SafeDefaultSchedule
 

@@ -156,7 +156,7 @@ def _run(func: tirx.PrimFunc, args: list[np.ndarray]) -> _Run:
                          target=tvm.target.Target({"kind": "llvm"}))
     backing, views = [], []
     for a in args:
-        a = np.ascontiguousarray(a)
+        a = np.asarray(a).copy(order="C")    # np.ascontiguousarray would make a 0-d array 1-d
         raw = np.full(a.nbytes + max(MIN_GUARD_BYTES, a.nbytes), _GUARD, dtype=np.uint8)
         raw[:a.nbytes] = a.reshape(-1).view(np.uint8)
         backing.append(tvm.runtime.tensor(raw))
