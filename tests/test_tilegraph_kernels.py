@@ -459,3 +459,31 @@ def test_merges_the_greedy_connecting_did_not_keep_are_candidates_too():
     sets = [g.nodes for g in groups]
     cover = solve_cover(sets, [table[frozenset(s)] for s in sets])
     assert sorted(sets[j] for j in cover.chosen) == [(a, b), (c, d)]
+
+
+def test_groups_the_greedy_connecting_merged_further_are_candidates_too():
+    """a -> b -> c: the connecting takes (a, b), then (a, b, c). Another generator may offer c for
+    less (a dlight GEMM with its epilogue): the selector needs (a, b), the group before it took c."""
+    from types import SimpleNamespace
+
+    from tvm_ext.select.blp import solve_cover
+
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((64, 64), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            h = bb.emit(relax.op.exp(x))
+            h = bb.emit(relax.op.negative(h))
+            out = bb.emit_output(relax.op.abs(h))
+        bb.emit_func_output(out)
+    ctx = _context(bb.get())
+    a, b, c = ctx.call_nodes()
+    table = {frozenset(s): p for s, p in [((a,), 10.0), ((b,), 10.0), ((c,), 10.0), ((a, b), 12.0),
+                                          ((b, c), 19.0), ((a, b, c), 15.0)]}
+    prices = SimpleNamespace(cost=lambda cand, device: SimpleNamespace(seconds=table.get(frozenset(cand.nodes), 100.0)))
+    groups = connect_graph(ctx, prices, also_explored=True)
+    assert [g.nodes for g in groups if g.kept] == [(a, b, c)]
+    assert sorted(g.nodes for g in groups if not g.kept) == [(a, b), (b, c)]
+    sets = [g.nodes for g in groups] + [(c,)]          # c from another generator, for less
+    cover = solve_cover(sets, [table[frozenset(s)] for s in sets[:-1]] + [2.0])
+    assert sorted(sets[j] for j in cover.chosen) == [(a, b), (c,)]

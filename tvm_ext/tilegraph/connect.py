@@ -395,9 +395,11 @@ def connect_graph(ctx: SelectionContext, cost, *, also_explored: bool = False) -
     connecting time).
 
     Returns every group of the final connected graph (single nodes included), in topological order;
-    with ``also_explored``, followed by every merge the search planned and found saving but did not
-    keep (a greedy step can take a merge that blocks better ones later: the selector, pricing
-    them all, picks the cover).
+    with ``also_explored``, followed by every merge the search planned and found saving that is not
+    a final group: those it did not take (a greedy step can take a merge that blocks better ones
+    later) and those it took and merged further (a layer norm's group before it took the GEMM after
+    it: the selector may price that GEMM lower in a kernel of another generator, with its
+    epilogue). The selector, pricing them all, picks the cover.
     """
     pricer = _Pricer(ctx, cost)
     calls = ctx.call_nodes()
@@ -441,7 +443,8 @@ def connect_graph(ctx: SelectionContext, cost, *, also_explored: bool = False) -
     kept = [ConnectedGroup(g, *priced(g)) for g in groups]
     if not also_explored:
         return kept
-    return kept + [ConnectedGroup(m, *trials[m], kept=False) for m in saving if m not in price]
+    final = set(groups)
+    return kept + [ConnectedGroup(m, *trials[m], kept=False) for m in saving if m not in final]
 
 
 __all__ = ["TILES_TRIED", "MAX_VISITS", "MAX_RECOMPUTE", "ConnectedGroup", "connect_graph", "edge_level", "plan_group",
