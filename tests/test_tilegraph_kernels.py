@@ -430,28 +430,37 @@ def test_empty_tensors_are_refused_by_name_not_by_a_crash():
     assert connect_graph(ctx, AnalyticCostModel())    # every node stays its own kernel
 
 
-def test_merges_the_greedy_connecting_did_not_keep_are_candidates_too():
-    """A chain a -> b -> c -> d priced so that the best pair (b, c) is taken first and blocks the
-    cheaper cover (a, b) + (c, d): the merges the search found saving come back as candidates, and
-    the selector's cover of them all is the cheaper one."""
+def _priced_chain(ops, prices: dict):
+    """A chain of elementwise ``ops`` on a 64x64 input, its nodes, and a cost model pricing a group
+    by ``prices`` (keyed by node-index tuples; anything else 100)."""
     from types import SimpleNamespace
-
-    from tvm_ext.select.blp import solve_cover
 
     bb = relax.BlockBuilder()
     x = relax.Var("x", relax.TensorType((64, 64), "float32"))
     with bb.function("main", [x]):
         with bb.dataflow():
-            h = bb.emit(relax.op.exp(x))
-            h = bb.emit(relax.op.negative(h))
-            h = bb.emit(relax.op.abs(h))
-            out = bb.emit_output(relax.op.sqrt(h))
+            h = x
+            for op in ops[:-1]:
+                h = bb.emit(op(h))
+            out = bb.emit_output(ops[-1](h))
         bb.emit_func_output(out)
     ctx = _context(bb.get())
-    a, b, c, d = ctx.call_nodes()
-    table = {frozenset(s): p for s, p in [((a,), 10.0), ((b,), 10.0), ((c,), 10.0), ((d,), 10.0),
-                                          ((a, b), 12.0), ((b, c), 10.5), ((c, d), 12.0)]}
-    prices = SimpleNamespace(cost=lambda cand, device: SimpleNamespace(seconds=table.get(frozenset(cand.nodes), 100.0)))
+    nodes = ctx.call_nodes()
+    table = {frozenset(nodes[i] for i in key): p for key, p in prices.items()}
+    model = SimpleNamespace(cost=lambda cand, device: SimpleNamespace(seconds=table.get(frozenset(cand.nodes), 100.0)))
+    return ctx, nodes, table, model
+
+
+def test_merges_the_greedy_connecting_did_not_keep_are_candidates_too():
+    """A chain a -> b -> c -> d priced so that the best pair (b, c) is taken first and blocks the
+    cheaper cover (a, b) + (c, d): the merges the search found saving come back as candidates, and
+    the selector's cover of them all is the cheaper one."""
+    from tvm_ext.select.blp import solve_cover
+
+    op = relax.op
+    ctx, (a, b, c, d), table, prices = _priced_chain(
+        [op.exp, op.negative, op.abs, op.sqrt],
+        {(0,): 10.0, (1,): 10.0, (2,): 10.0, (3,): 10.0, (0, 1): 12.0, (1, 2): 10.5, (2, 3): 12.0})
     groups = connect_graph(ctx, prices, also_explored=True)
     assert [g.nodes for g in groups if g.kept] == [(a,), (b, c), (d,)]
     assert [g.nodes for g in groups if not g.kept] == [(a, b), (c, d)]
@@ -464,23 +473,12 @@ def test_merges_the_greedy_connecting_did_not_keep_are_candidates_too():
 def test_groups_the_greedy_connecting_merged_further_are_candidates_too():
     """a -> b -> c: the connecting takes (a, b), then (a, b, c). Another generator may offer c for
     less (a dlight GEMM with its epilogue): the selector needs (a, b), the group before it took c."""
-    from types import SimpleNamespace
-
     from tvm_ext.select.blp import solve_cover
 
-    bb = relax.BlockBuilder()
-    x = relax.Var("x", relax.TensorType((64, 64), "float32"))
-    with bb.function("main", [x]):
-        with bb.dataflow():
-            h = bb.emit(relax.op.exp(x))
-            h = bb.emit(relax.op.negative(h))
-            out = bb.emit_output(relax.op.abs(h))
-        bb.emit_func_output(out)
-    ctx = _context(bb.get())
-    a, b, c = ctx.call_nodes()
-    table = {frozenset(s): p for s, p in [((a,), 10.0), ((b,), 10.0), ((c,), 10.0), ((a, b), 12.0),
-                                          ((b, c), 19.0), ((a, b, c), 15.0)]}
-    prices = SimpleNamespace(cost=lambda cand, device: SimpleNamespace(seconds=table.get(frozenset(cand.nodes), 100.0)))
+    op = relax.op
+    ctx, (a, b, c), table, prices = _priced_chain(
+        [op.exp, op.negative, op.abs],
+        {(0,): 10.0, (1,): 10.0, (2,): 10.0, (0, 1): 12.0, (1, 2): 19.0, (0, 1, 2): 15.0})
     groups = connect_graph(ctx, prices, also_explored=True)
     assert [g.nodes for g in groups if g.kept] == [(a, b, c)]
     assert sorted(g.nodes for g in groups if not g.kept) == [(a, b), (b, c)]
