@@ -14,10 +14,10 @@ from tvm.script import tirx as T
 
 from tvm_ext.testing.thread_serial import compare_scheduled
 from tvm_ext.tilegraph import TilePlan, build_tile_schedule, plan_group, tile_work
-from tvm_ext.tilegraph.enumerate import enumerate_tiles
+from tvm_ext.tilegraph.enumerate import _Search, enumerate_tiles
 from tvm_ext.tilegraph.tensor_core import stepped_reduction
 from tvm_ext.tilegraph.tile_graph import TileGraph
-from tvm_ext.tilegraph.connect import edge_level
+from tvm_ext.tilegraph.connect import _overlap, edge_level
 from tvm_ext.toolchain import nvcc_available
 
 from test_tilegraph_kernels import TARGETS, _context, _legal, compile_one_kernel
@@ -150,28 +150,74 @@ def test_block_work_of_a_stepped_stage():
     assert stepped_reduction(48, 64) == stepped_reduction(64, 64) == stepped_reduction(32, 64, lead=2) == 0
 
 
-def test_a_layer_norm_feeds_a_768_wide_gemm_in_one_kernel_on_tensor_cores():
+@pytest.mark.parametrize("rows, width, cols", [(128, 768, 768), (197, 768, 768)])
+def test_a_layer_norm_feeds_a_768_wide_gemm_in_one_kernel_on_tensor_cores(rows, width, cols):
     """One 16 x 768 tile per block computes each row's norm once (no recomputation); staging all
-    of w's 768 x 768 would take 1.1 MiB of shared memory, so it is staged in reduction steps."""
-    ctx = _context(norm_gemm())
+    of w's 768 x 768 would take 1.1 MiB of shared memory, so it is staged in reduction steps. At
+    ViT's 197 tokens the border tile is padded to whole fragments."""
+    ctx = _context(norm_gemm(rows, width, cols))
     func, plan = _planned(ctx)
-    assert plan.output_tile == (16, 768) and plan.code_path == "wmma_tile" and plan.kstep
+    assert plan.output_tile == (16, cols) and plan.code_path == "wmma_tile" and plan.kstep
     assert plan.shared_bytes <= ctx.device.max_shared_memory_per_block_optin
-    work = {w.name: w for w in tile_work(func, plan.output_tile, plan.inline, kstep=plan.kstep)}
-    assert work["matmul"].wmma.staged_bytes == plan.kstep * 768 * 2          # w's step; the norm is in shared
-    assert all(w.recompute == 1.0 for w in work.values())
+    work = tile_work(func, plan.output_tile, plan.inline, plan.padded, plan.kstep)
+    (stage,) = [w for w in work if w.tensor_core]
+    assert stage.wmma.staged_bytes == plan.kstep * cols * 2          # w's step; the norm is in shared
+    assert _overlap(work) == 1.0           # no block recomputes anything but its border tile's padding
     check = compare_scheduled(func, build_tile_schedule(func, plan, tensorize=False))
     assert check.ok, check
+
+
+@pytest.mark.parametrize("rows, width, cols, kstep", [(77, 512, 2048, 32), (256, 320, 1280, 80), (384, 1024, 4096, 16)])
+def test_a_layer_norm_feeds_a_gemm_of_other_widths_in_one_tile_row(rows, width, cols, kstep):
+    """Welder's score ranks the whole-width tile (a few blocks) below 20 that recompute the norm;
+    enumeration offers it anyway, also where Welder's footprint (every tile in shared memory: 324
+    KiB for 16 x 4096) exceeds the capacity the builder's buffers (160 KiB) fit in."""
+    ctx = _context(norm_gemm(rows, width, cols))
+    _, plan = _planned(ctx)
+    assert (plan.output_tile, plan.code_path, plan.kstep) == ((16, cols), "wmma_tile", kstep)
+    assert plan.shared_bytes <= ctx.device.max_shared_memory_per_block_optin
+
+
+def test_a_gemm_too_wide_for_a_tensor_core_step_takes_one_output_per_thread():
+    """16 rows of an 8192-wide w take 256 KiB, more than a block's shared memory: the norm still
+    feeds the GEMM in one kernel, each thread computing its outputs from the norm in shared memory."""
+    ctx = _context(norm_gemm(8, 64, 8192))
+    func, plan = _planned(ctx)
+    assert (plan.output_tile, plan.code_path, plan.tensor_core) == ((8, 8192), "simt_contraction", ())
+    check = compare_scheduled(func, build_tile_schedule(func, plan, tensorize=False))
+    assert check.ok, check
+
+
+def _norm_gemm_search(module: tvm.IRModule) -> _Search:
+    ctx = _context(module)
+    tg = TileGraph(ctx.graph, tuple(ctx.call_nodes()))
+    tg.set_connects({e: edge_level(ctx, e.producer, e.consumer) for e in tg.edges})
+    return _Search(tg, ctx.device, ctx.device.max_shared_memory_per_block_optin, 32)
+
+
+def test_the_dimensions_a_reduction_does_not_depend_on():
+    """A layer norm's row statistics do not depend on the GEMM's columns; a GEMM alone reduces
+    nothing its output does not depend on."""
+    search = _norm_gemm_search(norm_gemm(197))
+    assert search.whole_reduction_dims() == (1,)
+    assert search.whole_reduction_seed((1,)) == (16, 768)
+    assert _norm_gemm_search(gemm()).whole_reduction_dims() == ()
+
+
+def test_enumeration_offers_the_whole_width_tile_outside_the_top_k():
+    ctx = _context(norm_gemm(197))
+    tg = TileGraph(ctx.graph, tuple(ctx.call_nodes()))
+    tg.set_connects({e: edge_level(ctx, e.producer, e.consumer) for e in tg.edges})
+    ranked = enumerate_tiles(tg, ctx.device, top_k=5, shared_capacity=ctx.device.max_shared_memory_per_block_optin)
+    tiles = [c.output_tile for c in ranked]
+    assert (16, 768) in tiles[5:] and all(t[1] == 768 for t in tiles[5:])
+    assert all(c.score < ranked[tiles.index((16, 768))].score for c in ranked[:5])
 
 
 def test_tile_growth_reaches_a_width_past_one_that_cuts_it():
     """512 of 768 columns cuts a border tile, which costs more than 256 columns; growth, which never
     adds traffic, also tries the next size that divides the dimension."""
-    ctx = _context(norm_gemm())
-    tg = TileGraph(ctx.graph, tuple(ctx.call_nodes()))
-    tg.set_connects({e: edge_level(ctx, e.producer, e.consumer) for e in tg.edges})
-    ranked = enumerate_tiles(tg, ctx.device, shared_capacity=ctx.device.max_shared_memory_per_block_optin)
-    assert (16, 768) in [c.output_tile for c in ranked]
+    assert _norm_gemm_search(norm_gemm()).grow((16, 256)) == [(32, 256), (16, 512), (16, 768)]
 
 
 def test_a_plan_keeps_its_step_through_json():
@@ -182,6 +228,7 @@ def test_a_plan_keeps_its_step_through_json():
 
 @pytest.mark.skipif(not nvcc_available(), reason="nvcc / CUDA toolkit not found")
 @pytest.mark.parametrize("target_name", TARGETS)
-def test_the_stepped_kernel_compiles_with_nvcc(target_name):
-    func, plan = _planned(_context(norm_gemm()))
+@pytest.mark.parametrize("shape", [(128, 768, 768), (197, 768, 768), (8, 64, 8192)])
+def test_the_stepped_kernel_compiles_with_nvcc(target_name, shape):
+    func, plan = _planned(_context(norm_gemm(*shape)))
     compile_one_kernel(build_tile_schedule(func, plan), tvm.target.Target(target_name))

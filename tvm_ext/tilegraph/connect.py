@@ -146,7 +146,7 @@ def plan_group(ctx: SelectionContext, members: tuple[int, ...]) -> TilePlan | st
             # reads inputs from global (through L1), so enumeration prunes only what no block could
             # hold and the builder's own buffers are checked against the static limit below.
             # Enumeration refuses outputs of several shapes before the group is fused.
-            ranked = enumerate_tiles(tg, ctx.device, max_visits=MAX_VISITS,
+            ranked = enumerate_tiles(tg, ctx.device, top_k=TILES_TRIED, max_visits=MAX_VISITS,
                                      shared_capacity=ctx.device.max_shared_memory_per_block_optin)
             func = ctx.fused_function(members)
             inline = _inline_blocks(ctx, members)
@@ -207,11 +207,11 @@ class _Buildable(NamedTuple):
 
 def _best_buildable(ranked: list[TileCandidate], func, inline: tuple[str, ...],
                     shared_limit: int) -> "_Buildable | str":
-    """The best of the first :data:`TILES_TRIED` ranked tiles the builder can realize (by
-    :meth:`_Buildable.key`), or why none."""
+    """The best of the ranked tiles (:func:`enumerate_tiles`: the first :data:`TILES_TRIED`, then
+    those recomputing no reduction) the builder can realize (by :meth:`_Buildable.key`), or why none."""
     refused = "no output tile fits shared memory"
     buildable: list[_Buildable] = []
-    for rank, cand in enumerate(ranked[:TILES_TRIED]):
+    for rank, cand in enumerate(ranked):
         try:
             work = tile_work(func, cand.output_tile, inline)
         except TileScheduleError as err:

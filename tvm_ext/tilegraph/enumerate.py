@@ -13,6 +13,14 @@ candidate priority), where ``cost`` is the global traffic with Welder's penaltie
 * low parallelism (§4.1): a kernel with fewer tiles than SMs has its traffic scaled by
   ``sm_count / tiles`` (the inverse of the core utilisation).
 
+Tiles that cut no reduction: where a member holding a reduction does not depend on an output
+dimension (a layer norm's row statistics under the GEMM columns it feeds), every tile along that
+dimension recomputes it, and Welder's score, which prices traffic and waves only, can rank the
+tile whole along it (13 blocks of 16 x 768 for a 197 x 768 layer norm -> GEMM) below every tile
+that recomputes the norm 2-48 times. Growth also starts from the smallest such tile, and those
+that fit are returned after the ranked ones, so the planner can always weigh a kernel that
+computes every reduction once.
+
 Alignment: the innermost output dimension grows in steps of one transaction; with a TensorCore
 node (a 16-bit matmul) the last two output dimensions and the reduction step are multiples of
 the MMA fragment (or the full dimension when smaller).
@@ -33,6 +41,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..analysis import element_bytes
+from ..graph import is_reduction, sblocks
 from ..hardware import DeviceSpec, device_from_target, occupancy
 from .reduction import matmul_nodes
 from .tile_graph import KernelTile, TileGraph, TileGraphError
@@ -176,6 +185,7 @@ class _Search:
         if self.mma:
             self.rsteps += [r for r in reversed(_ladder(kmax, min(kstep, kmax))) if r < kmax]
         self.visited: dict[tuple[int, ...], TileCandidate | None] = {}
+        self.offered: dict[tuple[int, ...], TileCandidate] = {}
         self._costs: dict[tuple[int, ...], tuple[float, int, list[KernelTile]]] = {}
 
     def traffic_cost(self, tile: tuple[int, ...]) -> tuple[float, int, list[KernelTile]]:
@@ -228,7 +238,9 @@ class _Search:
         sm = self.device.sm_count
         counts, blocks, waves, penalized = [], [], 0, 0.0
         for k in kernels:
-            occ = occupancy(self.device, ASSUMED_THREADS_PER_BLOCK, ASSUMED_REGISTERS_PER_THREAD, k.shared.peak_bytes)
+            # an offered tile over the capacity counts as holding all of it (its real buffers are the builder's)
+            occ = occupancy(self.device, ASSUMED_THREADS_PER_BLOCK, ASSUMED_REGISTERS_PER_THREAD,
+                            min(k.shared.peak_bytes, self.capacity))
             kcost = k.global_bytes + uncoalesced_extra(k, self.shapes, self.dtypes, self.trans)
             if k.num_tiles < sm:          # Welder §4.1: traffic scaled by the core utilisation
                 kcost *= sm / k.num_tiles
@@ -241,6 +253,53 @@ class _Search:
             uncoalesced_bytes=cost - raw, shared_bytes=max(k.shared.peak_bytes for k in kernels),
             register_bytes=max(k.register_bytes for k in kernels), num_tiles=tuple(counts),
             blocks_per_sm=tuple(blocks), waves=waves, score=(penalized + 1.0) * waves)
+
+    def whole_reduction_dims(self) -> tuple[int, ...]:
+        """Output dimensions along which some member holding a reduction (a layer norm's mean, a
+        GEMM feeding another) reads the same region whatever the tile's position: a tile that cuts
+        such a dimension recomputes that reduction in every tile along it. Found by growing the
+        minimal tile one step along each dimension and seeing which reduced tensors' (interior)
+        regions do not grow."""
+        graph, outs = self.tg.graph, set(self.tg.outputs)
+        reduced = [t for n in self.tg.members if graph.nodes[n].func is not None
+                   and any(is_reduction(b) for b, _ in sblocks(graph.nodes[n].func))
+                   for t in graph.nodes[n].outputs if t not in outs]
+        if not reduced:
+            return ()
+        start = tuple(ladder[0] for ladder in self.ladders)
+
+        def volumes(tile: tuple[int, ...]) -> list[int]:
+            regions = self.tg.propagate(tile).regions
+            return [math.prod(regions[t].extents) for t in reduced]
+
+        base = volumes(start)
+        dims = []
+        for d, ladder in enumerate(self.ladders):
+            if len(ladder) > 1 and any(a == b for a, b in zip(volumes(start[:d] + (ladder[1],) + start[d + 1:]), base)):
+                dims.append(d)
+        return tuple(dims)
+
+    def whole_reduction_seed(self, dims: tuple[int, ...]) -> tuple[int, ...]:
+        """The smallest aligned tile whole along ``dims`` (see :meth:`whole_reduction_dims`)."""
+        return tuple(ladder[-1] if d in dims else ladder[0] for d, ladder in enumerate(self.ladders))
+
+    def offer(self, tile: tuple[int, ...]) -> TileCandidate | None:
+        """:meth:`evaluate`, or where Welder's footprint prunes ``tile``, its candidate at the smallest
+        aligned rstep anyway (kept in :attr:`offered`, never grown). That footprint holds every
+        input and output tile in shared memory; the builder keeps outputs in registers, reads
+        other inputs through L1 and stages tensor-core operands in steps, and checks its own
+        buffers (a layer norm -> 4096-wide GEMM in 16 x 4096 tiles: 324 KiB by Welder's count,
+        160 KiB as built)."""
+        found = self.evaluate(tile)
+        if found is not None:
+            return found
+        cost, raw, _ = self.traffic_cost(tile)
+        for rstep in reversed(self.rsteps):
+            self.tg.propagate(tile, rstep)
+            if self.aligned(tile, rstep):
+                self.offered[tile] = self._candidate(tile, rstep, self.tg.kernel_tiles(), cost, raw)
+                break
+        return None
 
     def grow(self, tile: tuple[int, ...]) -> list[tuple[int, ...]]:
         """One-step growths of ``tile`` along each dimension: the next aligned size and, where that
@@ -284,7 +343,10 @@ def enumerate_tiles(tile_graph: TileGraph, device: DeviceSpec | str, *, top_k: i
     Returns
     -------
     list of TileCandidate
-        At most ``top_k``, best (lowest score) first; empty if not even the minimal tile fits.
+        At most ``top_k``, best (lowest score) first; then, outside those, at most ``top_k``
+        fitting tiles that recompute no reduction (whole along every dimension a reducing member
+        does not depend on), best first, and the smallest such tile if Welder's footprint prunes
+        it (:meth:`_Search.offer`). Empty if no tile fits and none is offered.
     """
     spec = device if isinstance(device, DeviceSpec) else device_from_target(device)
     capacity = spec.max_shared_memory_per_block if shared_capacity is None else int(shared_capacity)
@@ -296,9 +358,13 @@ def enumerate_tiles(tile_graph: TileGraph, device: DeviceSpec | str, *, top_k: i
         raise TileGraphError("transaction_bytes, top_k, branch and max_visits must be positive")
     search = _Search(tile_graph, spec, capacity, trans)
     start = tuple(ladder[0] for ladder in search.ladders)
+    whole = search.whole_reduction_dims()
     heap: list[tuple[float, tuple[int, ...]]] = []
     if search.evaluate(start) is not None:
         heapq.heappush(heap, (search.traffic_cost(start)[0], start))
+    seed = search.whole_reduction_seed(whole)
+    if whole and search.offer(seed) is not None:
+        heapq.heappush(heap, (search.traffic_cost(seed)[0], seed))
     while heap and len(search.visited) < max_visits:
         cost, tile = heapq.heappop(heap)
         grown = []
@@ -311,8 +377,12 @@ def enumerate_tiles(tile_graph: TileGraph, device: DeviceSpec | str, *, top_k: i
         for ncost, _, nxt in sorted(grown)[:branch]:
             if search.evaluate(nxt) is not None:   # pruned tiles are never grown further
                 heapq.heappush(heap, (ncost, nxt))
-    found = [c for c in search.visited.values() if c is not None]
-    ranked = sorted(found, key=lambda c: (c.score, c.global_bytes, c.output_tile))[:top_k]
+    found = sorted((c for c in search.visited.values() if c is not None),
+                   key=lambda c: (c.score, c.global_bytes, c.output_tile))
+    ranked = found[:top_k]
+    if whole:   # the tiles that recompute no reduction are offered whatever their rank
+        ranked += [c for c in found[top_k:] if all(c.output_tile[d] == search.shape[d] for d in whole)][:top_k]
+        ranked += search.offered.values()
     logger.info("enumerated %d tiles for %r: %d fit, best %s", len(search.visited), tile_graph, len(found),
                 ranked[0].output_tile if ranked else None)
     if ranked:
