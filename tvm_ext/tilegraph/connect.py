@@ -147,7 +147,8 @@ def plan_group(ctx: SelectionContext, members: tuple[int, ...]) -> TilePlan | st
             # hold and the builder's own buffers are checked against the static limit below.
             # Enumeration refuses outputs of several shapes before the group is fused.
             ranked = enumerate_tiles(tg, ctx.device, top_k=TILES_TRIED, max_visits=MAX_VISITS,
-                                     shared_capacity=ctx.device.max_shared_memory_per_block_optin)
+                                     shared_capacity=ctx.device.max_shared_memory_per_block_optin,
+                                     builder_checks_shared=True)
             func = ctx.fused_function(members)
             inline = _inline_blocks(ctx, members)
         except (AnalysisError, EmitError) as err:      # TileGraphError is an AnalysisError

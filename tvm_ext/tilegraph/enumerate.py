@@ -318,7 +318,8 @@ class _Search:
 
 def enumerate_tiles(tile_graph: TileGraph, device: DeviceSpec | str, *, top_k: int = DEFAULT_TOP_K,
                     shared_capacity: int | None = None, transaction_bytes: int | None = None,
-                    branch: int = DEFAULT_BRANCH, max_visits: int = DEFAULT_MAX_VISITS) -> list[TileCandidate]:
+                    branch: int = DEFAULT_BRANCH, max_visits: int = DEFAULT_MAX_VISITS,
+                    builder_checks_shared: bool = False) -> list[TileCandidate]:
     """Enumerate, prune and rank output tiles of a tile graph (Welder §3.2 / §4.1, Roller growth).
 
     Parameters
@@ -339,14 +340,17 @@ def enumerate_tiles(tile_graph: TileGraph, device: DeviceSpec | str, *, top_k: i
         §4.1 quotes a 128-byte coalesced transaction (a whole line): pass 128 for that setting.
     branch, max_visits : int
         Growth directions expanded per tile, and the bound on evaluated tiles.
+    builder_checks_shared : bool
+        The caller checks the shared memory its builder needs: offer the smallest tile that
+        recomputes no reduction even where Welder's footprint prunes it (:meth:`_Search.offer`).
 
     Returns
     -------
     list of TileCandidate
         At most ``top_k``, best (lowest score) first; then, outside those, at most ``top_k``
         fitting tiles that recompute no reduction (whole along every dimension a reducing member
-        does not depend on), best first, and the smallest such tile if Welder's footprint prunes
-        it (:meth:`_Search.offer`). Empty if no tile fits and none is offered.
+        does not depend on), best first, and with ``builder_checks_shared`` the smallest such tile
+        if Welder's footprint prunes it. Empty if no tile fits and none is offered.
     """
     spec = device if isinstance(device, DeviceSpec) else device_from_target(device)
     capacity = spec.max_shared_memory_per_block if shared_capacity is None else int(shared_capacity)
@@ -363,7 +367,7 @@ def enumerate_tiles(tile_graph: TileGraph, device: DeviceSpec | str, *, top_k: i
     if search.evaluate(start) is not None:
         heapq.heappush(heap, (search.traffic_cost(start)[0], start))
     seed = search.whole_reduction_seed(whole)
-    if whole and search.offer(seed) is not None:
+    if whole and (search.offer(seed) if builder_checks_shared else search.evaluate(seed)) is not None:
         heapq.heappush(heap, (search.traffic_cost(seed)[0], seed))
     while heap and len(search.visited) < max_visits:
         cost, tile = heapq.heappop(heap)
