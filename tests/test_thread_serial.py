@@ -20,7 +20,7 @@ from test_stitch_scope import embedding_graph, remote_graph
 from tvm_ext.driver import graph_passes
 from tvm_ext.driver.apply_plans import ApplyPlans
 from tvm_ext.hardware import device_from_target
-from tvm_ext.testing.thread_serial import KernelCheck, call_inputs, compare_scheduled, serialize_threads
+from tvm_ext.testing.thread_serial import SerialComparison, call_inputs, compare_scheduled, serialize_threads
 from tvm_ext.tir import has_grid_sync
 
 TARGET = "tvm_ext/h100"
@@ -105,7 +105,7 @@ def _doubled_past_the_end(a: T.Buffer((T.int64(6),), "float32"), b: T.Buffer((T.
 def test_a_store_past_the_end_of_an_output_fails_the_check_by_name():
     check = compare_scheduled(_doubled, _doubled_past_the_end, inputs=1)
     assert not check.ok and check.out_of_bounds == ("b",) and check.max_abs_err == 0.0
-    assert compare_scheduled(_doubled, _doubled, inputs=1) == KernelCheck(True, 0.0, 1, ())
+    assert compare_scheduled(_doubled, _doubled, inputs=1) == SerialComparison(True, 0.0, 1, ())
 
 
 @T.prim_func(private=True, s_tir=True)

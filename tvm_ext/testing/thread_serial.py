@@ -113,7 +113,7 @@ def serialize_threads(func: tirx.PrimFunc) -> tirx.PrimFunc:
 
 
 @dataclass(frozen=True)
-class KernelCheck:
+class SerialComparison:
     """Scheduled kernel (threads serialized) against the unscheduled function, on one input set."""
 
     ok: bool
@@ -209,7 +209,7 @@ def _zeros(param) -> np.ndarray:
 
 
 def compare_scheduled(reference: tirx.PrimFunc, scheduled: tirx.PrimFunc, *, inputs: int | None = None,
-                      seed: int = 0, rtol: float | None = None, atol: float | None = None) -> KernelCheck:
+                      seed: int = 0, rtol: float | None = None, atol: float | None = None) -> SerialComparison:
     """Run ``reference`` (the unscheduled function) and ``scheduled`` (threads serialized) on the
     CPU with the same random inputs and compare every output parameter.
 
@@ -231,7 +231,8 @@ def compare_scheduled(reference: tirx.PrimFunc, scheduled: tirx.PrimFunc, *, inp
     run = _run(serialize_threads(scheduled), args + [o.copy() for o in outs] + extra)
     errors = compare_outputs(run.values[n_in:n_ref], list(expected), rtol=rtol, atol=atol)   # the one policy
     worst = max((e.max_abs_err for e in errors if e.size), default=0.0)
-    return KernelCheck(all(e.ok for e in errors) and not run.out_of_bounds, worst, len(expected), run.out_of_bounds)
+    return SerialComparison(all(e.ok for e in errors) and not run.out_of_bounds, worst, len(expected),
+                            run.out_of_bounds)
 
 
 def _written(func: tirx.PrimFunc) -> set:
@@ -242,7 +243,7 @@ def _written(func: tirx.PrimFunc) -> set:
 
 def compare_stages(reference: tirx.PrimFunc, scheduled: tirx.PrimFunc, stages: list[tirx.PrimFunc], *,
                    inputs: int | None = None, seed: int = 0, rtol: float | None = None,
-                   atol: float | None = None) -> KernelCheck:
+                   atol: float | None = None) -> SerialComparison:
     """Check a multi-stage kernel stage by stage with its own intermediate values.
 
     ``scheduled`` runs once (threads serialized); then each unscheduled stage function of
@@ -270,8 +271,8 @@ def compare_stages(reference: tirx.PrimFunc, scheduled: tirx.PrimFunc, stages: l
                 expected_all.append(result)
     errors = compare_outputs(got_all, expected_all, rtol=rtol, atol=atol)
     worst = max((e.max_abs_err for e in errors if e.size), default=0.0)
-    return KernelCheck(all(e.ok for e in errors) and not kernel.out_of_bounds, worst, len(expected_all),
-                       kernel.out_of_bounds)
+    return SerialComparison(all(e.ok for e in errors) and not kernel.out_of_bounds, worst, len(expected_all),
+                            kernel.out_of_bounds)
 
 
-__all__ = ["KernelCheck", "call_inputs", "compare_scheduled", "compare_stages", "serialize_threads"]
+__all__ = ["SerialComparison", "call_inputs", "compare_scheduled", "compare_stages", "serialize_threads"]
