@@ -211,6 +211,7 @@ def test_enumeration_offers_the_whole_width_tile_outside_the_top_k():
     ranked = enumerate_tiles(tg, ctx.device, top_k=5, shared_capacity=ctx.device.max_shared_memory_per_block_optin)
     tiles = [c.output_tile for c in ranked]
     assert (16, 768) in tiles[5:] and all(t[1] == 768 for t in tiles[5:])
+    assert [c.offered for c in ranked] == [False] * 5 + [True] * (len(ranked) - 5)
     assert all(c.score < ranked[tiles.index((16, 768))].score for c in ranked[:5])
 
 

@@ -34,11 +34,11 @@ Example
 """
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import logging
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from ..analysis import element_bytes
 from ..graph import is_reduction, sblocks
@@ -69,7 +69,7 @@ DEFAULT_BRANCH = 2
 DEFAULT_MAX_VISITS = 256
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class TileCandidate:
     """One ranked output tile of a tile graph.
 
@@ -95,6 +95,9 @@ class TileCandidate:
         Sum over kernels of ``ceil(tiles / (sm_count x blocks_per_sm))``.
     score : float
         ``(cost + 1) x waves``; lower is better.
+    offered : bool
+        Returned outside the top-k: a tile that recomputes no reduction, offered whatever its
+        score (see :func:`enumerate_tiles`).
     """
 
     output_tile: tuple[int, ...]
@@ -108,6 +111,7 @@ class TileCandidate:
     blocks_per_sm: tuple[int, ...]
     waves: int
     score: float
+    offered: bool = False
 
 
 def coalesced_run(tile: Sequence[int], shape: Sequence[int]) -> int:
@@ -185,7 +189,7 @@ class _Search:
         if self.mma:
             self.rsteps += [r for r in reversed(_ladder(kmax, min(kstep, kmax))) if r < kmax]
         self.visited: dict[tuple[int, ...], TileCandidate | None] = {}
-        self.offered: dict[tuple[int, ...], TileCandidate] = {}
+        self.over_footprint: dict[tuple[int, ...], TileCandidate] = {}
         self._costs: dict[tuple[int, ...], tuple[float, int, list[KernelTile]]] = {}
 
     def traffic_cost(self, tile: tuple[int, ...]) -> tuple[float, int, list[KernelTile]]:
@@ -285,7 +289,7 @@ class _Search:
 
     def offer(self, tile: tuple[int, ...]) -> TileCandidate | None:
         """:meth:`evaluate`, or where Welder's footprint prunes ``tile``, its candidate at the smallest
-        aligned rstep anyway (kept in :attr:`offered`, never grown). That footprint holds every
+        aligned rstep anyway (kept in :attr:`over_footprint`, never grown). That footprint holds every
         input and output tile in shared memory; the builder keeps outputs in registers, reads
         other inputs through L1 and stages tensor-core operands in steps, and checks its own
         buffers (a layer norm -> 4096-wide GEMM in 16 x 4096 tiles: 324 KiB by Welder's count,
@@ -297,7 +301,7 @@ class _Search:
         for rstep in reversed(self.rsteps):
             self.tg.propagate(tile, rstep)
             if self.aligned(tile, rstep):
-                self.offered[tile] = self._candidate(tile, rstep, self.tg.kernel_tiles(), cost, raw)
+                self.over_footprint[tile] = self._candidate(tile, rstep, self.tg.kernel_tiles(), cost, raw)
                 break
         return None
 
@@ -385,8 +389,8 @@ def enumerate_tiles(tile_graph: TileGraph, device: DeviceSpec | str, *, top_k: i
                    key=lambda c: (c.score, c.global_bytes, c.output_tile))
     ranked = found[:top_k]
     if whole:   # the tiles that recompute no reduction are offered whatever their rank
-        ranked += [c for c in found[top_k:] if all(c.output_tile[d] == search.shape[d] for d in whole)][:top_k]
-        ranked += search.offered.values()
+        extra = [c for c in found[top_k:] if all(c.output_tile[d] == search.shape[d] for d in whole)][:top_k]
+        ranked += [dataclasses.replace(c, offered=True) for c in (*extra, *search.over_footprint.values())]
     logger.info("enumerated %d tiles for %r: %d fit, best %s", len(search.visited), tile_graph, len(found),
                 ranked[0].output_tile if ranked else None)
     if ranked:
