@@ -13,11 +13,12 @@ from tvm import relax
 from tvm.script import tirx as T
 
 from tvm_ext.testing.thread_serial import compare_scheduled
-from tvm_ext.tilegraph import TilePlan, build_tile_schedule, plan_group, tile_work
+from tvm_ext.select.analytic import AnalyticCostModel
+from tvm_ext.tilegraph import TilePlan, build_tile_schedule, plan_group, tile_candidate, tile_work, whole_reduction_plan
 from tvm_ext.tilegraph.enumerate import _Search, enumerate_tiles
 from tvm_ext.tilegraph.tensor_core import stepped_reduction
 from tvm_ext.tilegraph.tile_graph import TileGraph
-from tvm_ext.tilegraph.connect import _overlap, edge_level
+from tvm_ext.tilegraph.connect import _overlap, _Pricer, edge_level
 from tvm_ext.toolchain import nvcc_available
 
 from test_tilegraph_kernels import TARGETS, _context, _legal, compile_one_kernel
@@ -132,6 +133,15 @@ def _planned(ctx):
     return ctx.fused_function(members), plan
 
 
+def _planned_whole(ctx):
+    """The plan that computes every reduction once: :func:`whole_reduction_plan`, or the ranked
+    plan where that is it already."""
+    members = tuple(ctx.call_nodes())
+    plan = whole_reduction_plan(ctx, members) or plan_group(ctx, members)
+    assert isinstance(plan, TilePlan), plan
+    return ctx.fused_function(members), plan
+
+
 def test_stepped_stage_pins_the_kernel():
     func = _legal(gemm())["matmul"]
     plan = TilePlan((16, 64), 64, tensor_core=("matmul",), kstep=32)
@@ -156,7 +166,7 @@ def test_a_layer_norm_feeds_a_768_wide_gemm_in_one_kernel_on_tensor_cores(rows, 
     of w's 768 x 768 would take 1.1 MiB of shared memory, so it is staged in reduction steps. At
     ViT's 197 tokens the border tile is padded to whole fragments."""
     ctx = _context(norm_gemm(rows, width, cols))
-    func, plan = _planned(ctx)
+    func, plan = _planned_whole(ctx)
     assert plan.output_tile == (16, cols) and plan.code_path == "wmma_tile" and plan.kstep
     assert plan.shared_bytes <= ctx.device.max_shared_memory_per_block_optin
     work = tile_work(func, plan.output_tile, plan.inline, plan.padded, plan.kstep)
@@ -173,7 +183,7 @@ def test_a_layer_norm_feeds_a_gemm_of_other_widths_in_one_tile_row(rows, width, 
     enumeration offers it anyway, also where Welder's footprint (every tile in shared memory: 324
     KiB for 16 x 4096) exceeds the capacity the builder's buffers (160 KiB) fit in."""
     ctx = _context(norm_gemm(rows, width, cols))
-    _, plan = _planned(ctx)
+    _, plan = _planned_whole(ctx)
     assert (plan.output_tile, plan.code_path, plan.kstep) == ((16, cols), "wmma_tile", kstep)
     assert plan.shared_bytes <= ctx.device.max_shared_memory_per_block_optin
 
@@ -182,10 +192,26 @@ def test_a_gemm_too_wide_for_a_tensor_core_step_takes_one_output_per_thread():
     """16 rows of an 8192-wide w take 256 KiB, more than a block's shared memory: the norm still
     feeds the GEMM in one kernel, each thread computing its outputs from the norm in shared memory."""
     ctx = _context(norm_gemm(8, 64, 8192))
-    func, plan = _planned(ctx)
+    func, plan = _planned_whole(ctx)
     assert (plan.output_tile, plan.code_path, plan.tensor_core) == ((8, 8192), "simt_contraction", ())
     check = compare_scheduled(func, build_tile_schedule(func, plan, tensorize=False))
     assert check.ok, check
+
+
+def test_connecting_prices_the_ranked_and_the_whole_reduction_plan_and_keeps_the_cheaper():
+    """At 77 x 512 -> 2048 every ranked tile recomputes the norm more than twice (no ranked plan);
+    the 16 x 2048 tile is the group's kernel. At 384 x 1024 -> 4096 both exist: the ranked 16 x 2048
+    (the norm computed twice) and the whole 16 x 4096; the cheaper by the cost model is kept."""
+    cost = AnalyticCostModel()
+    for shape in [(77, 512, 2048), (384, 1024, 4096)]:
+        ctx = _context(norm_gemm(*shape))
+        members = tuple(ctx.call_nodes())
+        ranked, whole = plan_group(ctx, members), whole_reduction_plan(ctx, members)
+        assert whole is not None and whole.output_tile == (16, shape[2])
+        priced = {p: cost.cost(tile_candidate(ctx, members, p, "t"), ctx.device).seconds
+                  for p in (ranked, whole) if isinstance(p, TilePlan)}
+        assert _Pricer(ctx, cost).tile(members) == min(priced.items(), key=lambda kv: kv[1])
+    assert isinstance(ranked, TilePlan) and ranked.output_tile == (16, 2048)
 
 
 def _norm_gemm_search(module: tvm.IRModule) -> _Search:
@@ -231,5 +257,5 @@ def test_a_plan_keeps_its_step_through_json():
 @pytest.mark.parametrize("target_name", TARGETS)
 @pytest.mark.parametrize("shape", [(128, 768, 768), (197, 768, 768), (8, 64, 8192)])
 def test_the_stepped_kernel_compiles_with_nvcc(target_name, shape):
-    func, plan = _planned(_context(norm_gemm(*shape)))
+    func, plan = _planned_whole(_context(norm_gemm(*shape)))
     compile_one_kernel(build_tile_schedule(func, plan), tvm.target.Target(target_name))

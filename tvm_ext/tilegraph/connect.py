@@ -17,9 +17,12 @@ have escaping outputs of one shape (the schedule builder tiles every output it s
 fuse into one PrimFunc and get a tile: :func:`plan_group` ranks its output tiles with
 :func:`~tvm_ext.tilegraph.enumerate_tiles` (Welder's top-k by traffic and waves) and keeps, of those
 the builder can realize, the one recomputing least (then the best ranked), with its thread count
-by the gcd rule; a group holding a zero-size tensor is not planned. A group alone is priced as
-the cheaper of its tile kernel and, for a single node, dlight's kernel of it (what the selector
-would take instead).
+by the gcd rule; a group holding a zero-size tensor is not planned. Enumeration also offers the
+tiles that recompute no reduction whatever their rank (a layer norm whole across the columns of
+the GEMM it feeds); the best of those that recompute nothing is :func:`whole_reduction_plan`,
+and a group's tile kernel is the cheaper of the two plans by the cost model. A group alone is
+priced as the cheaper of its tile kernel and, for a single node, dlight's kernel of it (what the
+selector would take instead).
 
 Identical sub-graphs are planned once: plans are memoized by the group's structural signature
 (``SelectionContext.memo``; the connect levels follow from it), so BERT's layers 2-12 reuse layer 1's plans
@@ -130,15 +133,30 @@ def _inline_blocks(ctx: SelectionContext, members: tuple[int, ...]) -> tuple[str
 
 
 def plan_group(ctx: SelectionContext, members: tuple[int, ...]) -> TilePlan | str:
-    """The tile plan of ``members`` as one kernel, or why there is none (memoized by signature)."""
+    """The tile plan of ``members`` as one kernel from Welder's ranked tiles, or why there is none
+    (memoized by signature)."""
+    return _group_plans(ctx, members)[0]
+
+
+def whole_reduction_plan(ctx: SelectionContext, members: tuple[int, ...]) -> TilePlan | None:
+    """The plan of ``members`` in the best tile, ranked or offered by enumeration outside its
+    ranking, that recomputes no reduction (a layer norm -> GEMM whole across the GEMM's columns) and
+    nothing else either; None if there is none or it is :func:`plan_group`'s. Connecting prices it
+    against :func:`plan_group`'s and keeps the cheaper: Welder's ranking weighs traffic and waves
+    only, the cost model also what recomputing costs and the few blocks a whole tile has."""
+    return _group_plans(ctx, members)[1]
+
+
+def _group_plans(ctx: SelectionContext, members: tuple[int, ...]) -> tuple[TilePlan | str, TilePlan | None]:
+    """(:func:`plan_group`, :func:`whole_reduction_plan`), memoized by signature."""
     members = ctx.ordered(members)
 
-    def plan() -> TilePlan | str:
+    def plans() -> tuple[TilePlan | str, TilePlan | None]:
         graph = ctx.graph
         empty = sorted({t for n in members for t in (*graph.nodes[n].inputs, *graph.nodes[n].outputs)
                         if t in graph.tensors and 0 in graph.tensors[t].shape})
         if empty:
-            return f"zero-size tensors {empty} have no tile"
+            return f"zero-size tensors {empty} have no tile", None
         try:
             tg = TileGraph(graph, members)
             tg.set_connects({e: edge_level(ctx, e.producer, e.consumer) for e in tg.edges})
@@ -152,22 +170,31 @@ def plan_group(ctx: SelectionContext, members: tuple[int, ...]) -> TilePlan | st
             func = ctx.fused_function(members)
             inline = _inline_blocks(ctx, members)
         except (AnalysisError, EmitError) as err:      # TileGraphError is an AnalysisError
-            return str(err)
-        best = _best_buildable(ranked, func, inline, ctx.device.max_shared_memory_per_block_optin)
-        if isinstance(best, str):
-            return best
-        work = best.work
-        tensor_core = tuple(w.name for w in work if w.tensor_core)
-        code_path = "simt_contraction" if best.simt else "wmma_tile" if tensor_core else "simt"
-        shared = sum(w.shared_bytes() for w in work)
-        return TilePlan(output_tile=best.cand.output_tile, threads=gcd_threads(work), inline=inline,
-                        grid=work[-1].tiles, shared_bytes=shared, traffic_bytes=best.cand.global_bytes,
-                        levels=tuple((e.tensor, tg.connect_level(e).label) for e in tg.edges),
-                        code_path=code_path, tensor_core=tensor_core,
-                        dynamic_shared=shared > ctx.device.max_shared_memory_per_block,
-                        padded=best.padded, padding_flops=padding_flops(func, work, best.padded), kstep=best.kstep)
+            return str(err), None
+        limit = ctx.device.max_shared_memory_per_block_optin
+        levels = tuple((e.tensor, tg.connect_level(e).label) for e in tg.edges)
+        best = _best_buildable([c for c in ranked if not c.offered], func, inline, limit)
+        ranked_plan = best if isinstance(best, str) else _plan_of(ctx, func, best, inline, levels)
+        whole = _best_buildable([c for c in ranked if c.whole_reductions], func, inline, limit, recompute_free=True)
+        if isinstance(whole, str) or (isinstance(best, _Buildable) and whole.cand == best.cand):
+            return ranked_plan, None
+        return ranked_plan, _plan_of(ctx, func, whole, inline, levels)
 
-    return ctx.memo(("tilegraph", ctx.signature(members)), plan)
+    return ctx.memo(("tilegraph", ctx.signature(members)), plans)
+
+
+def _plan_of(ctx: SelectionContext, func, best: "_Buildable", inline: tuple[str, ...],
+             levels: tuple[tuple[str, str], ...]) -> TilePlan:
+    """The :class:`TilePlan` of a buildable tile."""
+    work = best.work
+    tensor_core = tuple(w.name for w in work if w.tensor_core)
+    code_path = "simt_contraction" if best.simt else "wmma_tile" if tensor_core else "simt"
+    shared = sum(w.shared_bytes() for w in work)
+    return TilePlan(output_tile=best.cand.output_tile, threads=gcd_threads(work), inline=inline,
+                    grid=work[-1].tiles, shared_bytes=shared, traffic_bytes=best.cand.global_bytes,
+                    levels=levels, code_path=code_path, tensor_core=tensor_core,
+                    dynamic_shared=shared > ctx.device.max_shared_memory_per_block,
+                    padded=best.padded, padding_flops=padding_flops(func, work, best.padded), kstep=best.kstep)
 
 
 class _Buildable(NamedTuple):
@@ -207,12 +234,11 @@ class _Buildable(NamedTuple):
 
 
 def _best_buildable(ranked: list[TileCandidate], func, inline: tuple[str, ...],
-                    shared_limit: int) -> "_Buildable | str":
-    """The best of the ranked tiles (:func:`enumerate_tiles`: the first :data:`TILES_TRIED`, then
-    those recomputing no reduction) the builder can realize (by :meth:`_Buildable.key`), or why none.
-    An offered tile counts only where it recomputes nothing: one with a halo is no better placed
-    than the ranked tiles to weigh less halo against Welder's score (EfficientNet-B0's 96-channel
-    convolution: 8 x 16 pixels, 1.1x, scored 3x worse than 4 x 8 pixels, 1.2x)."""
+                    shared_limit: int, *, recompute_free: bool = False) -> "_Buildable | str":
+    """The best of ``ranked`` the builder can realize (by :meth:`_Buildable.key`), or why none; with
+    ``recompute_free``, only tiles that recompute nothing but their border tile's padding count
+    (the tiles offered as recomputing no reduction: one with a halo is no better placed than the
+    ranked ones to weigh less halo against Welder's score)."""
     refused = "no output tile fits shared memory"
     buildable: list[_Buildable] = []
     for rank, cand in enumerate(ranked):
@@ -235,8 +261,8 @@ def _best_buildable(ranked: list[TileCandidate], func, inline: tuple[str, ...],
                 stepped = _stepped_option(func, cand.output_tile, inline, pads, option, shared_limit)
                 if stepped is not None:
                     (option, kstep), problem = stepped, ""
-            if not problem and cand.offered and _overlap(option) > 1.0:
-                problem = "offered as recomputing no reduction, it still recomputes (a halo)"
+            if not problem and recompute_free and _overlap(option) > 1.0:
+                problem = f"it recomputes {_overlap(option)}x (a halo)"
             if not problem:
                 buildable.append(_Buildable(rank, cand, option, pads, kstep))
                 break
@@ -344,11 +370,15 @@ class _Pricer:
         self.ctx, self.cost, self.dlight = ctx, cost, get_generator("dlight")
 
     def tile(self, members: tuple[int, ...]) -> tuple[TilePlan | None, float]:
-        made = plan_group(self.ctx, members)
-        if isinstance(made, str):
-            return None, float("inf")
-        cand = tile_candidate(self.ctx, members, made, "tile graph")
-        return made, self.cost.cost(cand, self.ctx.device).seconds
+        """The cheaper of the group's ranked plan and its whole-reduction plan, with its seconds."""
+        best: tuple[TilePlan | None, float] = (None, float("inf"))
+        for made in (plan_group(self.ctx, members), whole_reduction_plan(self.ctx, members)):
+            if isinstance(made, TilePlan):
+                cand = tile_candidate(self.ctx, members, made, "tile graph")
+                seconds = self.cost.cost(cand, self.ctx.device).seconds
+                if seconds < best[1]:
+                    best = (made, seconds)
+        return best
 
     def alone(self, members: tuple[int, ...]) -> tuple[TilePlan | None, float]:
         plan, seconds = self.tile(members)
@@ -454,4 +484,4 @@ def connect_graph(ctx: SelectionContext, cost, *, also_explored: bool = False) -
 
 
 __all__ = ["TILES_TRIED", "MAX_VISITS", "MAX_RECOMPUTE", "ConnectedGroup", "connect_graph", "edge_level", "plan_group",
-           "tile_candidate"]
+           "tile_candidate", "whole_reduction_plan"]

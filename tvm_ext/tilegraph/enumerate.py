@@ -95,9 +95,11 @@ class TileCandidate:
         Sum over kernels of ``ceil(tiles / (sm_count x blocks_per_sm))``.
     score : float
         ``(cost + 1) x waves``; lower is better.
+    whole_reductions : bool
+        Some member's reduction does not depend on an output dimension, and the tile is whole
+        along every such dimension: no block recomputes a reduction another computes.
     offered : bool
-        Returned outside the top-k: a tile that recomputes no reduction, offered whatever its
-        score (see :func:`enumerate_tiles`).
+        Returned outside the top-k, as such a tile, whatever its score (see :func:`enumerate_tiles`).
     """
 
     output_tile: tuple[int, ...]
@@ -111,6 +113,7 @@ class TileCandidate:
     blocks_per_sm: tuple[int, ...]
     waves: int
     score: float
+    whole_reductions: bool = False
     offered: bool = False
 
 
@@ -387,10 +390,14 @@ def enumerate_tiles(tile_graph: TileGraph, device: DeviceSpec | str, *, top_k: i
                 heapq.heappush(heap, (ncost, nxt))
     found = sorted((c for c in search.visited.values() if c is not None),
                    key=lambda c: (c.score, c.global_bytes, c.output_tile))
+    if whole:
+        found = [dataclasses.replace(c, whole_reductions=all(c.output_tile[d] == search.shape[d] for d in whole))
+                 for c in found]
     ranked = found[:top_k]
-    if whole:   # the tiles that recompute no reduction are offered whatever their rank
-        extra = [c for c in found[top_k:] if all(c.output_tile[d] == search.shape[d] for d in whole)][:top_k]
-        ranked += [dataclasses.replace(c, offered=True) for c in (*extra, *search.over_footprint.values())]
+    # the tiles that recompute no reduction are offered whatever their rank
+    extra = [c for c in found[top_k:] if c.whole_reductions][:top_k]
+    over = [dataclasses.replace(c, whole_reductions=True) for c in search.over_footprint.values()]
+    ranked += [dataclasses.replace(c, offered=True) for c in (*extra, *over)]
     logger.info("enumerated %d tiles for %r: %d fit, best %s", len(search.visited), tile_graph, len(found),
                 ranked[0].output_tile if ranked else None)
     if ranked:
