@@ -27,7 +27,7 @@ from tvm_ext.testing.oracle import run_cpu
 from tvm_ext.testing.thread_serial import compare_scheduled
 from tvm_ext.tilegraph import (ConnectLevel, TilePlan, TileScheduleError, build_tile_schedule, connect_graph,
                                gcd_threads, plan_group, tile_work)
-from tvm_ext.tilegraph.connect import edge_level
+from tvm_ext.tilegraph.planning import edge_level
 from tvm_ext.tilegraph.schedule import CUT_TILE
 from tvm_ext.toolchain import compile_cuda_source, nvcc_available
 

@@ -18,7 +18,8 @@ from tvm_ext.tilegraph import TilePlan, build_tile_schedule, plan_group, tile_ca
 from tvm_ext.tilegraph.enumerate import _Search, enumerate_tiles
 from tvm_ext.tilegraph.tensor_core import stepped_reduction
 from tvm_ext.tilegraph.tile_graph import TileGraph
-from tvm_ext.tilegraph.connect import _overlap, _Pricer, edge_level
+from tvm_ext.tilegraph.connect import _Pricer
+from tvm_ext.tilegraph.planning import _overlap, edge_level
 from tvm_ext.toolchain import nvcc_available
 
 from test_tilegraph_kernels import TARGETS, _context, _legal, compile_one_kernel

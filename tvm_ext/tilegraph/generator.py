@@ -31,7 +31,8 @@ from ..select.candidate import Candidate
 from ..select.context import SelectionContext
 from ..select.generator import ScheduledKernel, ScheduleRefused, register_generator
 from ..select.measured import MeasuredCostModel
-from .connect import connect_graph, plan_group, tile_candidate
+from .connect import connect_graph, tile_candidate
+from .planning import plan_group
 from .epilogues import epilogue_owners, without_foreign_epilogues
 from .plans import TilePlan
 from .schedule import TileScheduleError, build_tile_schedule

@@ -28,7 +28,7 @@ Example
 ('T_softmax_norm_intermediate_pad', 'matmul_intermediate_1_pad', 'v_pad')
 
 The planner pads a kernel's contractions where that puts more of them on tensor cores
-(:func:`~tvm_ext.tilegraph.connect.plan_group`); the plan names them (``TilePlan.padded``) and
+(:func:`~tvm_ext.tilegraph.planning.plan_group`); the plan names them (``TilePlan.padded``) and
 the builder pads them before it tiles (:func:`~tvm_ext.tilegraph.schedule.build_tile_schedule`).
 A GEMM writing the kernel's output is padded in its rows only in effect: the tile of its crop
 block bounds what it computes, so columns that no tile covers whole stay SIMT.
