@@ -5,6 +5,7 @@ reject the pair (a test without records would pass whatever the rule says).
 """
 from __future__ import annotations
 
+import dataclasses
 import textwrap
 
 import pytest
@@ -157,7 +158,7 @@ def test_b2b_glue(tmp_path):
     after = _partition(_db(tmp_path, fused_us=12.0))
     (func,) = [f for _, f in after.functions_items() if f.attrs and "Codegen" in f.attrs]
     off = workload_from_function(func)
-    src = emit_glue([off], ["b2b_entry"])
+    src = emit_glue([off], ["b2b_entry"], b2b_candidates(off.workload)[:1])
     assert "TvmExtB2bGemmArgs args{};" in src and "args.n0 = 64; args.k0 = 256; args.n1 = 128;" in src
 
 
@@ -241,7 +242,7 @@ def test_b2b_conv_fused_when_measured_faster(tmp_path):
     off = workload_from_function(after[CONV_FNAME])
     assert off.workload == CONV_WL
     assert off.roles == ("a", "b", "bias", "b1", "bias1")
-    src = emit_glue([off], ["b2b_conv_entry"])
+    src = emit_glue([off], ["b2b_conv_entry"], b2b_candidates(off.workload)[:1])
     assert "TvmExtB2bConv2dArgs args{};" in src
     assert "args.r = 3; args.s = 3; args.p = 56; args.q = 56; args.k1 = 64;" in src
 
@@ -284,7 +285,7 @@ def test_b2b_conv_channel_rule(tmp_path, k0, fused):
 
 
 def test_b2b_conv_source_and_instance_key():
-    from tvm_ext.cutlass.codegen import kernel_for
+    from tvm_ext.cutlass.instance import kernel_for
     from tvm_ext.cutlass.workload import Offload
 
     cands = b2b_candidates(CONV_WL)
@@ -298,3 +299,15 @@ def test_b2b_conv_source_and_instance_key():
     other = B2bConv2dWorkload(2, 28, 28, 64, 64, 3, 3, 14, 14, (1, 1), (2, 2), 64, "float16", "relu")
     a, b = (kernel_for(Offload("s", "", wl, (), (), ()), cands[0], "sm_80") for wl in (CONV_WL, other))
     assert a.entry == b.entry and a.key.startswith("b2b_conv2d|float16|bias_relu,bias_relu|")
+
+
+def test_b2b_needs_m_a_multiple_of_the_vector_width(tmp_path):
+    """B2bGemm::can_implement refuses M % 8 != 0 (8-element vectors): such a pair is never fused,
+    even when measurements favour it (the H200 build would have failed at run time)."""
+    odd = dataclasses.replace(WL, m=4100)
+    text = BEFORE.replace("(4096, 256)", "(4100, 256)").replace("(4096, 128)", "(4100, 128)")
+    assert "4100" in text
+    after = _partition(_db(tmp_path, fused_us=12.0, wl=odd), text=text)
+    codegen = [f for _, f in after.functions_items() if f.attrs and "Codegen" in f.attrs]
+    assert codegen and all("b2b" not in str(f.attrs.get("Composite", "")) for f in codegen)
+    assert not any(workload_from_function(f).workload.kind == "b2b_gemm" for f in codegen)

@@ -22,7 +22,8 @@ import tvm_ext.cutlass as tc
 
 sys.path.insert(0, os.path.dirname(__file__))  # sibling test module with the b2b model
 from tvm_ext.cutlass import nvcc
-from tvm_ext.cutlass.codegen import kernel_for, module_kernels
+from tvm_ext.cutlass.codegen import module_kernels
+from tvm_ext.cutlass.instance import kernel_for
 from tvm_ext.cutlass.workload import Offload
 from tvm_ext.select.database import Database
 from tvm_ext.toolchain import export_library, has_cutlass_objects

@@ -17,7 +17,7 @@ from tvm_ext.cutlass.emit_conv import emit_conv2d
 from tvm_ext.cutlass.errors import CutlassCodegenError
 from tvm_ext.cutlass.workload import ROLE_A, ROLE_B, ROLE_BIAS, ROLE_RESIDUAL, ROLE_SCALAR, Offload
 from tvm_ext.cutlass.wrapper import compile_glue, emit_glue
-from tvm_ext.cutlass.codegen import kernel_for
+from tvm_ext.cutlass.instance import kernel_for
 
 CFG_2X = KernelConfig("2x", (128, 128, 32), (2, 2, 1), (16, 8, 16), 3)
 CFG_3X = KernelConfig("3x", (128, 128, 64), (2, 1, 1), (64, 128, 16), 0, schedule="cooperative")
@@ -199,7 +199,7 @@ def test_kernel_entry_is_content_addressed():
 
 def test_glue_source_and_gxx_compile():
     offs = list(_offloads(DenseModel).values())
-    src = emit_glue(offs, ["entry_a", "entry_b"])
+    src = emit_glue(offs, ["entry_a", "entry_b"], [CFG_2X, CFG_2X])
     for off in offs:
         assert f"TVM_FFI_DLL_EXPORT_TYPED_FUNC({off.symbol}, {off.symbol}_impl);" in src
     dense = next(o for o in offs if "dense" in o.composite)
@@ -348,7 +348,7 @@ def test_bias_residual_glue_and_no_split_k():
     (off,) = _offloads(Bert).values()
     assert off.composite == "tvm_ext_cutlass.matmul_bias_residual"
     assert off.roles == (ROLE_A, ROLE_B, ROLE_BIAS, ROLE_RESIDUAL)
-    src = emit_glue([off], ["e"])
+    src = emit_glue([off], ["e"], [CFG_2X])
     assert "args.source = tvm_ext_ptr(p3); args.bias = tvm_ext_ptr(p2);" in src
     assert "args.ldc = 768;" in src and "args.batch_stride_c = 98304;" in src
     # serial split-K would add the bias once per K slice: never a candidate for bias + residual
@@ -359,7 +359,7 @@ def test_bias_residual_glue_and_no_split_k():
 
 def test_instances_are_shape_generic():
     """One instance per template configuration: shapes, batch and split-K are runtime arguments."""
-    from tvm_ext.cutlass.codegen import instance_key
+    from tvm_ext.cutlass.instance import instance_key
 
     small = GemmWorkload("matmul", 1, 64, 256, 512, "float16", "float16", "float16", "row", Epilogue("bias"))
     big = GemmWorkload("batch_matmul", 12, 384, 768, 3072, "float16", "float16", "float16", "row",
@@ -380,7 +380,7 @@ def test_instances_are_shape_generic():
 
 def test_glue_passes_shapes_and_split_k():
     offs = sorted(_offloads(DenseModel).values(), key=lambda o: "dense" not in o.composite)
-    src = emit_glue(offs, ["same_entry"] * len(offs), [4, 1])
+    src = emit_glue(offs, ["same_entry"] * len(offs), [dataclasses.replace(CFG_2X, split_k=4), CFG_2X])
     assert src.count('extern "C" int same_entry(') == len(offs)
     assert "args.m = 128; args.n = 48; args.k = 32; args.split_k = 4;" in src
     assert "args.batch = 2; args.m = 64; args.n = 64; args.k = 48; args.split_k = 1;" in src

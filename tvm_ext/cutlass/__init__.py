@@ -23,7 +23,8 @@ from __future__ import annotations
 from .b2b import B2bGemmWorkload
 from .b2b_conv import B2bConv2dWorkload
 from .candidates import candidates
-from .codegen import choose_config, codegen, instance_key
+from .codegen import choose_config, codegen
+from .instance import instance_key
 from .config import KernelConfig
 from .epilogue import ACTIVATIONS, Epilogue
 from .errors import CutlassCodegenError, CutlassSetupError

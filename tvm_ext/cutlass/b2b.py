@@ -123,6 +123,9 @@ def b2b_reject_reason(ann, database: Database | None, device: str, arch: str, ma
         if reason:
             return reason
     wl = _workload(ann)
+    align = max(wl.max_alignment[0], wl.max_alignment[2])
+    if wl.m % align:  # B2bGemm::can_implement: M of both GEMMs a multiple of the A and C vector widths
+        return f"M={wl.m} is not a multiple of {align} (B2bGemm::can_implement)"
     if wl.n0 % 16 or wl.n0 > 128 or wl.n1 % 16 or wl.n1 > MAX_N:
         return f"N0={wl.n0}, N1={wl.n1}: a whole-N threadblock needs N0 <= 128, N1 <= {MAX_N}, multiples of 16"
     if bindings is not None:

@@ -4,7 +4,7 @@ Candidate lists follow Bolt's guidelines (MLSys'22 §3.2.2): the largest warp ti
 register file, 4 or 8 warps per threadblock, small threadblocks for small problems, shared
 memory within the device's opt-in limit; split-K only when the output tiles cannot fill the
 SMs but K is long. Split-K and the batch count are runtime arguments of a compiled instance
-(see :func:`tvm_ext.cutlass.codegen.instance_key`), so split-K candidates add no compile.
+(see :func:`tvm_ext.cutlass.instance.instance_key`), so split-K candidates add no compile.
 Hopper (sm_90a) adds CUTLASS 3.x TMA + warp-group-MMA kernels when every operand is 16-byte
 aligned. float32 workloads (TF32 tensor cores, :mod:`.precision`) take CUTLASS's own TF32 tile
 list, whose K extents hold the same bytes as the 16-bit ones (half the elements).

@@ -15,10 +15,8 @@ policy gives for the arch), and ``database`` (path of a JSON-lines database; emp
 """
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import logging
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Sequence
 
@@ -30,45 +28,19 @@ from ..hardware import DeviceSpec, device_from_target, load_device
 from ..select.database import Database
 from ..select.plan import PlanError, plan_of
 from .candidates import arch_number
-from .config import API_3X, KernelConfig
-from .emit_b2b import b2b_candidates, emit_b2b_conv2d, emit_b2b_gemm
-from .emit_conv import emit_conv2d
-from .emit_gemm import emit_gemm
+from .config import KernelConfig
+from .emit_b2b import b2b_candidates
+from .contract import ContractCall, check_calls, first_accepted
+from .instance import FUSED_KINDS, Kernel, kernel_for
 from .errors import CutlassCodegenError
 from .nvcc import cache_dir, compile_many, link_relocatable
 from .patterns import CODEGEN_NAME
-from .pricing import cheapest_config
-from .records import best_config
+from .pricing import ranked_by_price
+from .records import best_configs
 from .wrapper import compile_glue, emit_glue
 from .workload import Offload, workload_from_function
 
 _LOG = logging.getLogger(__name__)
-#: Workload kinds fused only with measurements (their default is the first register-file variant).
-FUSED_KINDS = ("b2b_gemm", "b2b_conv2d")
-#: kind -> ``emit(workload, config, entry) -> CUDA source`` of the instance.
-EMITTERS = {
-    "gemm": lambda wl, cfg, entry: emit_gemm(wl, cfg, 90 if cfg.api == API_3X else 80, entry),
-    "conv2d": emit_conv2d,
-    "b2b_gemm": emit_b2b_gemm,
-    "b2b_conv2d": emit_b2b_conv2d,
-}
-
-
-@dataclass(frozen=True)
-class Kernel:
-    """A chosen instance: C entry point, shape-free instance key, the offload's config, CUDA source.
-
-    ``config`` is the offload's full choice; its runtime part (split-K slices) is not in the
-    instance, so offloads with different shapes or split-K share one ``entry`` and ``source``.
-    """
-
-    entry: str
-    config: KernelConfig
-    source: str
-    from_database: bool
-    key: str = ""
-
-
 def device_for(arch: str, device: str | None = None) -> DeviceSpec:
     """The device the configuration is chosen for: the named one, else what the target policy
     (:func:`tvm_ext.hardware.device_from_target`) gives for ``arch``."""
@@ -80,48 +52,26 @@ def device_for(arch: str, device: str | None = None) -> DeviceSpec:
         raise CutlassCodegenError(f"no device description for {arch}: {err}") from err
 
 
+def ranked_configs(wl, arch: str, device: DeviceSpec, database: Database | None) -> list[tuple[KernelConfig, bool]]:
+    """Configurations of ``wl`` for ``arch`` best first, each with whether it was measured: the
+    measured ones on ``device`` (fastest first), then the rest as the analytic cost model prices
+    them (a back-to-back pair: its register-file variants first)."""
+    measured = best_configs(database, wl, device.name, arch)
+    out = [(cfg, True) for cfg, _ in measured]
+    seen = {cfg for cfg, _ in out}
+    rest = b2b_candidates(wl) if wl.kind in FUSED_KINDS else ranked_by_price(wl, arch, device)
+    out += [(cfg, False) for cfg in rest if cfg not in seen]
+    if not out:
+        raise CutlassCodegenError(f"no CUTLASS configuration for {wl.key()} on {arch}")
+    return out
+
+
 def choose_config(wl, arch: str, device: DeviceSpec, database: Database | None) -> tuple[KernelConfig, bool]:
     """The fastest configuration measured on ``device`` that builds for ``arch``, else the one the
     analytic cost model prices lowest (a back-to-back pair: its first register-file variant);
-    also whether it came from a measurement."""
-    measured = best_config(database, wl, device.name, arch)
-    if measured is not None:
-        return measured[0], True
-    if wl.kind in FUSED_KINDS:
-        cands = b2b_candidates(wl)
-        if not cands:
-            raise CutlassCodegenError(f"no back-to-back configuration for {wl.key()}")
-        return cands[0], False
-    return cheapest_config(wl, arch, device)[0], False
-
-
-def instance_key(wl, cfg: KernelConfig) -> str:
-    """Shape-free identity of the compiled instance of ``wl`` with ``cfg``.
-
-    Everything that is a template parameter, nothing that is a runtime argument: operator kind,
-    dtypes, B layout, epilogue, tile configuration (threadblock, warps, instruction, stages,
-    swizzle, alignment, 3.x cluster and schedule), the conv stride support and the kernel arch
-    (``sm80`` for 2.x kernels, also when built for sm_90a; ``sm90`` for 3.x). Problem sizes,
-    batch count and split-K slices are runtime arguments of the launcher.
-    """
-    tile = dataclasses.replace(cfg, split_k=1).name().replace("_k1_", "_")
-    if wl.kind in FUSED_KINDS:  # N0 and N1 are threadblock N of the two GEMMs
-        return f"{wl.kind}|{wl.dtype}|bias_relu,bias_{wl.activation1}|{tile}|sm80"
-    kernel_arch = 90 if cfg.api == API_3X else 80
-    ep = wl.epilogue.suffix.strip("_") or "plain"
-    if wl.kind == "conv2d":
-        stride = "unit" if wl.stride == (1, 1) else "strided"
-        return f"conv2d_fprop|{wl.dtype}->{wl.final_dtype}|nhwc|{ep}|stride={stride}|{tile}|sm{kernel_arch}"
-    return (f"gemm|{wl.dtype}->{wl.out_dtype}->{wl.final_dtype}|a=row,b={wl.layout_b}|{ep}|{tile}"
-            f"|sm{kernel_arch}")
-
-
-def kernel_for(off: Offload, cfg: KernelConfig, arch: str, from_db: bool = False) -> Kernel:
-    """Emit the instance source for one offload (entry name = hash of :func:`instance_key`)."""
-    wl = off.workload
-    key = instance_key(wl, cfg)
-    entry = "tvm_ext_cutlass_" + hashlib.sha1(key.encode()).hexdigest()[:16]
-    return Kernel(entry, cfg, EMITTERS[wl.kind](wl, cfg, entry), from_db, key)
+    also whether it came from a measurement. Whether CUTLASS accepts the call is
+    :func:`~tvm_ext.cutlass.contract.first_accepted`'s question."""
+    return ranked_configs(wl, arch, device, database)[0]
 
 
 def build_static_library(offloads: Sequence[Offload], kernels: Sequence[Kernel], arch: str,
@@ -131,7 +81,7 @@ def build_static_library(offloads: Sequence[Offload], kernels: Sequence[Kernel],
     for k in kernels:
         unique.setdefault(k.entry, k.source)
     objects = compile_many(list(unique.values()), arch)
-    glue = compile_glue(emit_glue(offloads, [k.entry for k in kernels], [k.config.split_k for k in kernels]))
+    glue = compile_glue(emit_glue(offloads, [k.entry for k in kernels], [k.config for k in kernels]))
     digest = hashlib.sha1("|".join(p.name for p in [glue, *objects]).encode()).hexdigest()[:24]
     merged = (out_dir or cache_dir()) / f"lib_{digest}.o"
     if not merged.exists():
@@ -149,7 +99,18 @@ def _planned_config(func) -> KernelConfig | None:
 
 
 def plan_kernels(funcs: Sequence, options: Mapping | None = None) -> tuple[list[Offload], list[Kernel]]:
-    """Workloads and emitted kernels for partitioned functions, without compiling anything."""
+    """Workloads and emitted kernels for partitioned functions, each call checked on the host.
+
+    A function with a plan keeps its configuration; one without gets the best configuration
+    (:func:`ranked_configs`) whose call passes the contract check
+    (:func:`~tvm_ext.cutlass.contract.first_accepted`). Planned calls are checked too (cached when
+    the generator checked them), so no refused call reaches a GPU: a shape known here fails here.
+
+    Raises
+    ------
+    CutlassCodegenError
+        A call that no configuration tried (or the planned one) is accepted for.
+    """
     opts = dict(options or {})
     arch = str(opts.get("arch", "sm_80"))
     if arch_number(arch) < 80:
@@ -157,18 +118,24 @@ def plan_kernels(funcs: Sequence, options: Mapping | None = None) -> tuple[list[
     device = device_for(arch, str(opts["device"]) if opts.get("device") else None)
     db_path = str(opts.get("database", "") or "")
     database = Database(db_path) if db_path else None
-    offloads, kernels = [], []
-    for func in funcs:
-        off = workload_from_function(func)
-        planned = _planned_config(func)
-        if planned is not None:
-            cfg, from_db, why = planned, False, "plan"
-        else:
-            cfg, from_db = choose_config(off.workload, arch, device, database)
-            why = "database" if from_db else "heuristic"
-        _LOG.info("%s: %s -> %s (%s)", off.symbol, off.composite, cfg.name(), why)
-        offloads.append(off)
-        kernels.append(kernel_for(off, cfg, arch, from_db))
+    offloads = [workload_from_function(func) for func in funcs]
+    planned = [_planned_config(func) for func in funcs]
+    unplanned = [i for i, cfg in enumerate(planned) if cfg is None]
+    ranked = [ranked_configs(offloads[i].workload, arch, device, database) for i in unplanned]
+    kernels: list[Kernel | None] = [None if cfg is None else kernel_for(off, cfg, arch)
+                                    for off, cfg in zip(offloads, planned)]
+    for i, accepted in zip(unplanned, first_accepted([offloads[i] for i in unplanned], ranked, arch)):
+        if accepted.kernel is None:
+            raise CutlassCodegenError(f"{offloads[i].symbol} ({offloads[i].composite}): no CUTLASS configuration "
+                                      f"is accepted: {accepted.reason()}")
+        kernels[i] = accepted.kernel
+    checked = [i for i, cfg in enumerate(planned) if cfg is not None]
+    for i, result in zip(checked, check_calls([ContractCall(offloads[i], kernels[i]) for i in checked], arch)):
+        if not result.ok:
+            raise CutlassCodegenError(f"{offloads[i].symbol}: the planned CUTLASS call is refused: {result.line()}")
+    for off, kernel, cfg in zip(offloads, kernels, planned):
+        why = "plan" if cfg is not None else ("database" if kernel.from_database else "heuristic")
+        _LOG.info("%s: %s -> %s (%s)", off.symbol, off.composite, kernel.config.name(), why)
     return offloads, kernels
 
 

@@ -10,7 +10,7 @@ Accumulation is fp32; GEMM0's epilogue computes in fp16 (its bias vector's type)
 from __future__ import annotations
 
 from .config import API_2X, KernelConfig
-from .emit_gemm import ARGS_HEADER, CHECK_MACRO, COMMON_INCLUDES
+from .emit_gemm import ARGS_HEADER, CHECK_MACRO, COMMON_INCLUDES, launch
 from .b2b import B2bGemmWorkload
 from .b2b_conv import B2bConv2dWorkload
 from .epilogue import CUTLASS_ACTIVATION
@@ -87,14 +87,7 @@ extern "C" int {entry}(const TvmExtB2bGemmArgs* args, char* err, int err_len) {{
       {{static_cast<T*>(const_cast<void*>(args->b1)), n0}}, {{static_cast<T*>(const_cast<void*>(args->bias1)), 0}},
       {{static_cast<T*>(args->d), n1}},
       0, 0, 0, 0, 0, 0, 0,
-      {{T(1), T(0)}}, {{1.0f, 1.0f}}, 1}};
-  Op op;
-  TVM_EXT_CUTLASS_CHECK(op.can_implement(arguments), "can_implement");
-  TVM_EXT_CUTLASS_CHECK(op.initialize(arguments, nullptr, args->stream), "initialize");
-  TVM_EXT_CUTLASS_CHECK(op(args->stream), "run");
-  return 0;
-}}
-"""
+      {{T(1), T(0)}}, {{1.0f, 1.0f}}, 1}};{launch("Op")}"""
     return "\n".join([INCLUDES_B2B, ARGS_HEADER, CHECK_MACRO, "namespace {", kernel, "}  // namespace", launcher])
 
 
@@ -148,12 +141,5 @@ extern "C" int {entry}(const TvmExtB2bConv2dArgs* args, char* err, int err_len) 
       {{static_cast<T*>(const_cast<void*>(args->w1)), Layout::packed({{k1, 1, 1, k0}})}},
       {{static_cast<T*>(const_cast<void*>(args->bias1)), Layout(Layout::Stride(0))}},
       {{static_cast<T*>(args->y), Layout::packed({{n, p, q, k1}})}},
-      {{T(1), T(0)}}, {{1.0f, 1.0f}}, cutlass::conv::SplitKMode::kSerial);
-  Op op;
-  TVM_EXT_CUTLASS_CHECK(op.can_implement(arguments), "can_implement");
-  TVM_EXT_CUTLASS_CHECK(op.initialize(arguments, nullptr, args->stream), "initialize");
-  TVM_EXT_CUTLASS_CHECK(op(args->stream), "run");
-  return 0;
-}}
-"""
+      {{T(1), T(0)}}, {{1.0f, 1.0f}}, cutlass::conv::SplitKMode::kSerial);{launch("Op")}"""
     return "\n".join([INCLUDES_B2B_CONV, ARGS_HEADER, CHECK_MACRO, "namespace {", kernel, "}  // namespace", launcher])

@@ -14,7 +14,7 @@ from cutlass_library import library as cl
 from cutlass_library.conv2d_operation import Conv2dOperation, EmitConv2dInstance
 
 from .config import API_2X, KernelConfig
-from .emit_gemm import ARGS_HEADER, CHECK_MACRO, COMMON_INCLUDES, DTYPES
+from .emit_gemm import ARGS_HEADER, CHECK_MACRO, COMMON_INCLUDES, DTYPES, launch
 from .errors import CutlassCodegenError
 from .precision import math_dtype
 from .workload import Conv2dWorkload
@@ -110,21 +110,6 @@ extern "C" int {entry}(const TvmExtConv2dArgs* args, char* err, int err_len) {{
         Layout::packed({{int(args->k), int(args->r), int(args->s), int(args->c)}})}},
       {{static_cast<typename Conv::ElementC*>(const_cast<void*>(has_source ? args->source : args->y)), src_layout}},
       {{static_cast<typename Conv::ElementC*>(args->y), out_layout}},
-      {{Compute(1), Compute(has_source ? 1 : 0)}}{extra}}};
-  Conv conv;
-  TVM_EXT_CUTLASS_CHECK(conv.can_implement(arguments), "can_implement");
-  size_t workspace_bytes = Conv::get_workspace_size(arguments);
-  void* workspace = nullptr;
-  if (workspace_bytes && cudaMallocAsync(&workspace, workspace_bytes, args->stream) != cudaSuccess) {{
-    snprintf(err, err_len, "cannot allocate %zu bytes of CUTLASS workspace", workspace_bytes);
-    return 1;
-  }}
-  cutlass::Status st = conv.initialize(arguments, workspace, args->stream);
-  if (st == cutlass::Status::kSuccess) st = conv(args->stream);
-  if (workspace) cudaFreeAsync(workspace, args->stream);
-  TVM_EXT_CUTLASS_CHECK(st, "run");
-  return 0;
-}}
-"""
+      {{Compute(1), Compute(has_source ? 1 : 0)}}{extra}}};{launch("Conv")}"""
     return "\n".join([includes, ARGS_HEADER, CHECK_MACRO, "namespace {", alias_decl, body,
                       "}  // namespace", launcher])

@@ -59,7 +59,7 @@ COMMON_INCLUDES = r"""
 """
 
 INCLUDES_2X = COMMON_INCLUDES + r"""
-#include "cutlass/gemm/device/gemm_universal_adapter.h"
+#include "cutlass/gemm/device/gemm_universal_base.h"
 #include "cutlass/gemm/kernel/default_gemm_universal.h"
 #include "cutlass/epilogue/thread/linear_combination_generic.h"
 """
@@ -68,7 +68,6 @@ INCLUDES_2X = COMMON_INCLUDES + r"""
 INCLUDES_BROADCAST = r"""
 #include "cutlass/epilogue/thread/linear_combination_residual_block.h"
 #include "cutlass/gemm/kernel/default_gemm_with_broadcast.h"
-#include "cutlass/gemm/device/gemm_universal_base.h"
 """
 
 INCLUDES_3X = COMMON_INCLUDES + r"""
@@ -204,56 +203,74 @@ _MODE_2X = r"""
   const int batch_count = int(batched ? args->batch : (args->split_k > 1 ? args->split_k : 1));
 """
 
-#: Workspace allocation, initialize and run (``Gemm``/``arguments`` defined before).
-_RUN = r"""
-  TVM_EXT_CUTLASS_CHECK(op.can_implement(arguments), "can_implement");
-  size_t workspace_bytes = Op::get_workspace_size(arguments);
+def launch(op_type: str) -> str:
+    """The end of every launcher: run ``op_type`` on ``arguments`` (built before it).
+
+    Production: ``can_implement``, workspace, ``initialize`` and ``run`` on the caller's stream.
+    A contract build (``-DTVM_EXT_CUTLASS_CONTRACT``, :mod:`tvm_ext.cutlass.contract`) hands the
+    same ``arguments`` to the host-side check instead, so the check sees exactly what this
+    launcher would give the operation, and no kernel is instantiated or launched.
+    """
+    return f"""
+  using Launched = {op_type};
+#ifdef TVM_EXT_CUTLASS_CONTRACT
+  return tvm_ext_contract::inspect<Launched>(arguments, err, err_len);
+#else
+  TVM_EXT_CUTLASS_CHECK(Launched::can_implement(arguments), "can_implement");
+  size_t workspace_bytes = Launched::get_workspace_size(arguments);
   void* workspace = nullptr;
-  if (workspace_bytes && cudaMallocAsync(&workspace, workspace_bytes, args->stream) != cudaSuccess) {
+  if (workspace_bytes && cudaMallocAsync(&workspace, workspace_bytes, args->stream) != cudaSuccess) {{
     snprintf(err, err_len, "cannot allocate %zu bytes of CUTLASS workspace", workspace_bytes);
     return 1;
-  }
+  }}
+  Launched op;
   cutlass::Status st = op.initialize(arguments, workspace, args->stream);
   if (st == cutlass::Status::kSuccess) st = op.run(args->stream);
   if (workspace) cudaFreeAsync(workspace, args->stream);
   TVM_EXT_CUTLASS_CHECK(st, "run");
   return 0;
-}
+#endif
+}}
 """
 
 
 def _launcher_2x(kernel: str, entry: str) -> str:
+    """``act(acc + source)``, the problem as Relax has it: A ``[M, K]`` row-major, B as stored, D
+    ``[M, N]`` row-major, C the residual (``ldc = N``) or the bias (``ldc = 0``).
+
+    The emitted kernel *is* that row-major problem, so it runs through ``GemmUniversalBase``.
+    ``GemmUniversalAdapter`` would take a row-major-C kernel for the transposed form of a
+    column-major problem and swap M/N, A/B and lda/ldb (NVIDIA/cutlass#801).
+    """
     return f"""
 extern "C" int {entry}(const TvmExtGemmArgs* args, char* err, int err_len) {{
-  using Op = cutlass::gemm::device::GemmUniversalAdapter<{kernel}>;
-  using Compute = typename Op::EpilogueOutputOp::ElementCompute;
+  using Base = cutlass::gemm::device::GemmUniversalBase<{kernel}>;
+  using Compute = typename Base::GemmKernel::EpilogueOutputOp::ElementCompute;
   const bool has_source = args->source != nullptr;{_MODE_2X}
-  typename Op::Arguments arguments(
+  typename Base::Arguments arguments(
       mode, {{int(args->m), int(args->n), int(args->k)}}, batch_count,
       {{Compute(1), Compute(has_source ? 1 : 0)}},
       args->a, args->b, has_source ? args->source : args->d, args->d,
       args->batch_stride_a, args->batch_stride_b, args->batch_stride_c, args->batch_stride_d,
-      args->lda, args->ldb, args->ldc, args->ldd);
-  Op op;{_RUN}"""
+      args->lda, args->ldb, args->ldc, args->ldd);{launch("Base")}"""
 
 
 def _launcher_2x_broadcast(kernel: str, entry: str) -> str:
     """``act(acc + bias + residual)``: residual = C (``source``), bias = broadcast vector."""
     return f"""
 extern "C" int {entry}(const TvmExtGemmArgs* args, char* err, int err_len) {{
-  using Op = cutlass::gemm::device::GemmUniversalBase<{kernel}>;
-  using Compute = typename Op::GemmKernel::Epilogue::OutputOp::ElementCompute;
+  using Base = cutlass::gemm::device::GemmUniversalBase<{kernel}>;
+  using Compute = typename Base::GemmKernel::Epilogue::OutputOp::ElementCompute;
   if (args->source == nullptr || args->bias == nullptr) {{
     snprintf(err, err_len, "the bias + residual epilogue needs both tensors");
     return 1;
   }}{_MODE_2X}
-  typename Op::Arguments arguments(
+  typename Base::Arguments arguments(
       mode, {{int(args->m), int(args->n), int(args->k)}}, batch_count,
       {{Compute(1), Compute(1)}},
       args->a, args->b, args->source, args->d, const_cast<void*>(args->bias), nullptr,
       args->batch_stride_a, args->batch_stride_b, args->batch_stride_c, args->batch_stride_d, 0, 0,
-      args->lda, args->ldb, args->ldc, args->ldd, 0, 0);
-  Op op;{_RUN}"""
+      args->lda, args->ldb, args->ldc, args->ldd, 0, 0);{launch("Base")}"""
 
 
 def _launcher_3x(kernel: str, entry: str, wl: GemmWorkload) -> str:
@@ -282,5 +299,4 @@ extern "C" int {entry}(const TvmExtGemmArgs* args, char* err, int err_len) {{
       cutlass::gemm::GemmUniversalMode::kGemm, {{M, N, K, L}},
       {{static_cast<const ElementA*>(args->a), stride_a, static_cast<const ElementB*>(args->b), stride_b}},
       {{{{}}, {c_ptr}, stride_c, static_cast<ElementD*>(args->d), stride_d}}}};
-  {" ".join(fusion)}
-  Op op;{_RUN}"""
+  {" ".join(fusion)}{launch("Op")}"""

@@ -39,7 +39,10 @@ from ..select.database import default_database
 from ..select.generator import register_generator
 from ..select.origin import trace_partition
 from ..select.plan import plan_to_text
-from .codegen import choose_config, device_for
+from ..errors import KernelCompileError
+from .codegen import device_for, ranked_configs
+from .contract import Acceptance, ContractResult, first_accepted
+from .errors import CutlassCodegenError, CutlassSetupError
 from .config import KernelConfig
 from .passes import b2b_pattern_source, codegen_options, offload_reason, prepare_passes, target_arch
 from .patterns import CODEGEN_NAME, OP_KINDS, Rejections, cutlass_patterns
@@ -146,27 +149,44 @@ class CutlassGenerator:
         device = device_for(arch, ctx.device.name)
         database = default_database()
         is_group = lambda f: f.attrs is not None and f.attrs.get("Codegen") == CODEGEN_NAME  # noqa: E731
-        out, covered = [], set()
+        out, covered, matches = [], set(), []
         for outer, args, found in trace_partition(part, ctx.func_name, ctx.origin, is_group):
             covered.update(found)
-            cand = self._candidate(ctx, outer, args, found, arch, device, database)
-            if cand is not None:
-                out.append(cand)
+            nodes = [n for n in (ctx.node_of_var(v) for v in found) if n is not None]
+            if not nodes or not ctx.graph.is_convex(nodes):
+                ctx.drop(self.name, nodes, f"{outer.attrs['global_symbol']}: no convex node set")
+                continue
+            matches.append((outer, args, nodes, workload_from_function(outer)))
+        for (outer, args, nodes, offload), accepted in zip(matches, self._accepted(matches, arch, device, database)):
+            symbol = str(outer.attrs["global_symbol"])
+            if accepted.kernel is None:
+                ctx.drop(self.name, nodes, f"{symbol}: {accepted.reason()}")
+                continue
+            if accepted.refused:
+                logger.info("%s: %s", symbol, accepted.reason())
+            out.append(self._candidate(ctx, outer, args, nodes, offload, accepted.kernel.config, arch, device))
         for var, reason in rejections.items():
             node = ctx.node_of_var(var)
             if var not in covered and node is not None:
                 ctx.drop(self.name, [node], f"{var.name}: {reason}")
         return out
 
-    def _candidate(self, ctx, outer, args, found, arch, device, database) -> Candidate | None:
-        symbol = str(outer.attrs["global_symbol"])
-        nodes = [n for n in (ctx.node_of_var(v) for v in found) if n is not None]
-        if not nodes or not ctx.graph.is_convex(nodes):
-            ctx.drop(self.name, nodes, f"{symbol}: no convex node set")
-            return None
-        offload = workload_from_function(outer)
+    @staticmethod
+    def _accepted(matches, arch, device, database) -> list[Acceptance]:
+        """The first configuration of each match that the contract check accepts (a match whose
+        configurations cannot be listed or checked gets none, with the reason)."""
+        offloads = [m[3] for m in matches]
+        try:
+            ranked = [ranked_configs(off.workload, arch, device, database) for off in offloads]
+            return first_accepted(offloads, ranked, arch)
+        except (CutlassCodegenError, CutlassSetupError, KernelCompileError) as err:
+            logger.warning("no CUTLASS candidates: the contract check could not run: %s", err)
+            return [Acceptance(None, (ContractResult(off.symbol, "", off.workload.key(), "",
+                                                     (f"the contract check could not run: {err}",), 0, ""),))
+                    for off in offloads]
+
+    def _candidate(self, ctx, outer, args, nodes, offload, cfg, arch, device) -> Candidate:
         wl = offload.workload
-        cfg, _ = choose_config(wl, arch, device, database)
         plan = CutlassPlan(offload.composite, cfg, arch, wl.key(), wl.dtype)
         ctx.memo(("cutlass-call", ctx.ordered(nodes)), lambda: (outer, args))
         kernel = describe(wl, cfg, device)

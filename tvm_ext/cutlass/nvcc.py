@@ -73,11 +73,20 @@ def source_key(source: str, flags: Sequence[str]) -> str:
     return digest.hexdigest()[:32]
 
 
-def object_path(source: str, arch: str, *, extra_flags: Sequence[str] = (), link: bool = False) -> Path:
+def object_path(source: str, arch: str, *, extra_flags: Sequence[str] = (), link: bool = False,
+                base_flags: Sequence[str] | None = None) -> Path:
     """Where :func:`compile_object` caches the object (or executable) of ``source``."""
-    flags = nvcc_flags(arch) + [f"-I{d}" for d in include_dirs()] + list(extra_flags)
+    return _target(source, _flags(arch, extra_flags, base_flags), link)
+
+
+def _flags(arch: str, extra_flags: Sequence[str], base_flags: Sequence[str] | None) -> list[str]:
+    base = nvcc_flags(arch) if base_flags is None else list(base_flags)
+    return base + [f"-I{d}" for d in include_dirs()] + list(extra_flags)
+
+
+def _target(source: str, flags: Sequence[str], link: bool) -> Path:
     suffix = ".bin" if link else ".o"
-    return cache_dir() / (source_key(source, flags + [suffix]) + suffix)
+    return cache_dir() / (source_key(source, list(flags) + [suffix]) + suffix)
 
 
 def cached_object(source: str, arch: str) -> Path | None:
@@ -86,17 +95,20 @@ def cached_object(source: str, arch: str) -> Path | None:
     return path if path.exists() else None
 
 
-def compile_object(source: str, arch: str, *, extra_flags: Sequence[str] = (), link: bool = False) -> Path:
+def compile_object(source: str, arch: str, *, extra_flags: Sequence[str] = (), link: bool = False,
+                   base_flags: Sequence[str] | None = None) -> Path:
     """Compile ``source`` to an object (``link=True``: an executable) and return the cached path.
+
+    ``base_flags`` replaces :func:`nvcc_flags` (the include directories are always added).
 
     Raises
     ------
     KernelCompileError
         nvcc failed; the message holds the end of its output.
     """
-    flags = nvcc_flags(arch) + [f"-I{d}" for d in include_dirs()] + list(extra_flags)
+    flags = _flags(arch, extra_flags, base_flags)
     suffix = ".bin" if link else ".o"
-    target = object_path(source, arch, extra_flags=extra_flags, link=link)
+    target = _target(source, flags, link)
     if target.exists():
         _LOG.debug("nvcc cache hit %s", target.name)
         if link and not os.access(target, os.X_OK):

@@ -95,29 +95,37 @@ def _dram_bytes(wl, cfg: KernelConfig, device: DeviceSpec, launch: LaunchShape, 
     return min(moved, max(unique, waves * bands + written))
 
 
-def cheapest_config(wl, arch: str, device: DeviceSpec, model: CostModel | None = None
-                    ) -> tuple[KernelConfig, CostEstimate]:
-    """The candidate configuration of ``wl`` the cost model prices lowest (ties: less compute +
-    memory time, fewer stages, no split-K, first listed).
+def ranked_by_price(wl, arch: str, device: DeviceSpec, model: CostModel | None = None) -> list[KernelConfig]:
+    """Every candidate configuration of ``wl`` on ``arch``, cheapest first as the cost model prices
+    them (ties: less compute + memory time, fewer stages, no split-K, first listed)."""
+    return [cfg for cfg, _ in _priced(wl, arch, device, model)]
 
-    Raises
-    ------
-    ValueError
-        ``wl`` has no candidate configuration on ``arch``.
-    """
+
+def _priced(wl, arch: str, device: DeviceSpec, model: CostModel | None) -> list[tuple[KernelConfig, CostEstimate]]:
     model = model or AnalyticCostModel()
-    cands = candidates(wl, arch, device)
-    if not cands:
-        raise ValueError(f"no CUTLASS candidate for {wl.key()} on {arch}")
-    priced = [(model.cost(describe(wl, cfg, device), device), i, cfg) for i, cfg in enumerate(cands)]
+    priced = [(model.cost(describe(wl, cfg, device), device), i, cfg) for i, cfg in enumerate(candidates(wl, arch, device))]
 
     def order(item):
         est, index, cfg = item
         busy = est.parts.get("compute_s", 0.0) + est.parts.get("memory_s", 0.0)
         return (round(est.seconds, 12), round(busy, 12), cfg.stages, cfg.split_k, index)
 
-    est, _, cfg = min(priced, key=order)
-    return cfg, est
+    return [(cfg, est) for est, _, cfg in sorted(priced, key=order)]
 
 
-__all__ = ["THREADS_3X", "cheapest_config", "describe"]
+def cheapest_config(wl, arch: str, device: DeviceSpec, model: CostModel | None = None
+                    ) -> tuple[KernelConfig, CostEstimate]:
+    """The candidate configuration of ``wl`` the cost model prices lowest (see :func:`ranked_by_price`).
+
+    Raises
+    ------
+    ValueError
+        ``wl`` has no candidate configuration on ``arch``.
+    """
+    priced = _priced(wl, arch, device, model)
+    if not priced:
+        raise ValueError(f"no CUTLASS candidate for {wl.key()} on {arch}")
+    return priced[0]
+
+
+__all__ = ["THREADS_3X", "cheapest_config", "describe", "ranked_by_price"]

@@ -27,7 +27,7 @@ from ..hardware import DeviceSpec
 from ..select.database import Database, Record
 from ..toolchain.cuda import gpu_available
 from .candidates import candidates
-from .codegen import FUSED_KINDS, kernel_for
+from .instance import FUSED_KINDS, kernel_for
 from .config import KernelConfig
 from .emit_b2b import b2b_candidates
 from .emit_gemm import ARGS_HEADER

@@ -45,23 +45,26 @@ def cutlass_record(wl, cfg: KernelConfig, device: str, latency_s: float, source:
                   config=cfg.to_dict(), source=source)
 
 
-def best_config(database: Database | None, wl, device: str, arch: str) -> tuple[KernelConfig, float] | None:
-    """The fastest measured configuration of ``wl`` on ``device`` that builds for ``arch`` and is
-    admissible for ``wl``'s epilogue (:func:`~tvm_ext.cutlass.candidates.admissible`), with its
-    latency in seconds; None without a usable record."""
+def best_configs(database: Database | None, wl, device: str, arch: str) -> list[tuple[KernelConfig, float]]:
+    """Every measured configuration of ``wl`` on ``device`` that builds for ``arch`` and is
+    admissible for ``wl``'s epilogue (:func:`~tvm_ext.cutlass.candidates.admissible`), fastest
+    first, each with its latency in seconds (the fastest record of each configuration)."""
     if database is None:
-        return None
-    usable = []
+        return []
+    fastest: dict[KernelConfig, float] = {}
     for rec in database.records(wl.key(), device, workload_dtype(wl)):
         if rec.generator != GENERATOR:
             continue
         cfg = KernelConfig.from_dict(rec.config)
         if builds_for(cfg, arch) and admissible(wl, cfg, arch):
-            usable.append((rec.latency_s, cfg))
-    if not usable:
-        return None
-    latency, cfg = min(usable, key=lambda item: item[0])
-    return cfg, latency
+            fastest[cfg] = min(rec.latency_s, fastest.get(cfg, rec.latency_s))
+    return sorted(fastest.items(), key=lambda item: item[1])
 
 
-__all__ = ["GENERATOR", "best_config", "builds_for", "cutlass_record", "dtype_key", "workload_dtype"]
+def best_config(database: Database | None, wl, device: str, arch: str) -> tuple[KernelConfig, float] | None:
+    """The fastest of :func:`best_configs` with its latency; None without a usable record."""
+    usable = best_configs(database, wl, device, arch)
+    return usable[0] if usable else None
+
+
+__all__ = ["GENERATOR", "best_config", "best_configs", "builds_for", "cutlass_record", "dtype_key", "workload_dtype"]

@@ -1,7 +1,7 @@
 """Every distinct CUTLASS instance of a model suite, compiled once per arch (the CI check).
 
 CUTLASS kernels are shape-generic templates: one compiled instance serves every offload with
-the same :func:`~tvm_ext.cutlass.codegen.instance_key` (operator kind, dtypes, layouts,
+the same :func:`~tvm_ext.cutlass.instance.instance_key` (operator kind, dtypes, layouts,
 epilogue, tile configuration, alignment, kernel arch); problem sizes, batch count and split-K
 slices are runtime arguments that the TVM-FFI glue passes. So a suite needs one nvcc run per
 distinct key and arch, not one per offload.
@@ -124,7 +124,7 @@ def plan_model(plan: SuitePlan, name: str, mod: tvm.IRModule, database: str | No
                     on_new(inst)
             inst.users.append(f"{name}/{off.symbol}")
         glue = plan.glue[(name, arch)] = emit_glue(offloads, [k.entry for k in kernels],
-                                                   [k.config.split_k for k in kernels])
+                                                   [k.config for k in kernels])
         if on_glue is not None:
             on_glue((name, arch), glue)
 

@@ -14,8 +14,11 @@ import tempfile
 from pathlib import Path
 from typing import Sequence
 
+import tvm
+
 from ..errors import KernelCompileError
 from ..toolchain.cuda import cuda_root
+from .config import KernelConfig
 from .emit_gemm import ARGS_HEADER
 from .errors import CutlassSetupError
 from .nvcc import cache_dir, source_key, tvm_ffi_include
@@ -27,6 +30,7 @@ GLUE_PRELUDE = r"""
 #include <tvm/ffi/function.h>
 #include <tvm/ffi/container/tensor.h>
 #include <tvm/ffi/extra/c_env_api.h>
+#include <cstdint>
 """ + ARGS_HEADER + r"""
 namespace {
 inline void* tvm_ext_ptr(const tvm::ffi::TensorView& t) {
@@ -39,6 +43,12 @@ inline void tvm_ext_check(const tvm::ffi::TensorView& t, int64_t numel, uint8_t 
   TVM_FFI_CHECK(t.dtype().code == code && t.dtype().bits == bits, TypeError) << fn << ": " << what
       << " has the wrong dtype";
   TVM_FFI_CHECK(t.IsContiguous(), ValueError) << fn << ": " << what << " must be contiguous";
+}
+inline void tvm_ext_check_aligned(const tvm::ffi::TensorView& t, int bytes, const char* fn, const char* what) {
+  const auto addr = reinterpret_cast<std::uintptr_t>(tvm_ext_ptr(t));
+  TVM_FFI_CHECK(addr % bytes == 0, ValueError) << fn << ": " << what << " starts at address " << addr
+      << ", which is not a multiple of " << bytes << " bytes; the CUTLASS kernel reads and writes it in "
+      << bytes << "-byte vectors (pass a tensor whose data starts on such a boundary, e.g. a fresh copy)";
 }
 }  // namespace
 """
@@ -110,15 +120,33 @@ _FILLERS = {
 }
 
 
-def emit_glue_function(off: Offload, entry: str, split_k: int = 1) -> str:
+def operand_alignment_bytes(wl, cfg: KernelConfig) -> dict[str, int]:
+    """Bytes each tensor role's data pointer must be a multiple of for the instance ``cfg``.
+
+    The kernels move A, B and C/D in vectors of ``cfg.alignment`` elements (a bias or residual
+    travels as C, or as the broadcast vector read like it); TVM allocates on 64-byte or wider
+    boundaries, so only a caller's own views (a sliced DLPack tensor) can miss it.
+    """
+    in_bytes = tvm.DataType(wl.dtype).bits // 8
+    out_bytes = tvm.DataType(getattr(wl, "out_dtype", wl.final_dtype)).bits // 8
+    final_bytes = tvm.DataType(wl.final_dtype).bits // 8
+    a, b, c = cfg.alignment
+    return {ROLE_A: a * in_bytes, ROLE_B: b * in_bytes, "b1": b * in_bytes, ROLE_BIAS: c * out_bytes,
+            ROLE_RESIDUAL: c * out_bytes, "bias1": c * out_bytes, "out": c * final_bytes}
+
+
+def emit_glue_function(off: Offload, entry: str, cfg: KernelConfig) -> str:
     """C++ for the exported function ``off.symbol`` calling the C entry point ``entry``.
 
-    The shapes of the offload (and its split-K slices) are passed here: the instance behind
-    ``entry`` is shape-generic and may serve several offloads.
+    The shapes of the offload are passed here, and the runtime part of ``cfg`` (split-K
+    slices): the instance behind ``entry`` is shape-generic and may serve several offloads.
+    Every tensor is checked for its element count, dtype, contiguity and the alignment the
+    instance needs (:func:`operand_alignment_bytes`); a failure raises naming the tensor.
     """
     wl = off.workload
     params = [f"tvm::ffi::TensorView p{i}" for i in range(len(off.roles))] + ["tvm::ffi::TensorView out"]
     checks, ptr = [], {"out": "tvm_ext_ptr(out)"}
+    align = operand_alignment_bytes(wl, cfg)
     in_code, in_bits = _DL_CODES[wl.dtype]
     for i, (role, shape) in enumerate(zip(off.roles, off.param_shapes)):
         if role in (ROLE_A, ROLE_B, "b1"):
@@ -128,11 +156,13 @@ def emit_glue_function(off: Offload, entry: str, split_k: int = 1) -> str:
             checks.append(f'tvm_ext_check(p{i}, {_numel(shape)}, {code}, {bits}, "{off.symbol}", "{role}");')
         else:
             continue
+        checks.append(f'tvm_ext_check_aligned(p{i}, {align[role]}, "{off.symbol}", "{role}");')
         ptr[role] = f"tvm_ext_ptr(p{i})"
     out_code, out_bits = _DL_CODES[wl.final_dtype]
     checks.append(f'tvm_ext_check(out, {_numel(off.out_shape)}, {out_code}, {out_bits}, "{off.symbol}", "output");')
+    checks.append(f'tvm_ext_check_aligned(out, {align["out"]}, "{off.symbol}", "output");')
     fill_args, args_type = _FILLERS[wl.kind]
-    fill = fill_args(wl, ptr, split_k)
+    fill = fill_args(wl, ptr, cfg.split_k)
     body = "\n  ".join(checks + [f"{args_type} args{{}};"] + fill)
     return f"""
 extern "C" int {entry}(const {args_type}*, char*, int);
@@ -148,10 +178,12 @@ TVM_FFI_DLL_EXPORT_TYPED_FUNC({off.symbol}, {off.symbol}_impl);
 """
 
 
-def emit_glue(offloads: Sequence[Offload], entries: Sequence[str], split_k: Sequence[int] | None = None) -> str:
-    """The whole glue translation unit (``split_k``: slices per offload, default 1)."""
-    splits = list(split_k) if split_k is not None else [1] * len(offloads)
-    return GLUE_PRELUDE + "".join(emit_glue_function(o, e, s) for o, e, s in zip(offloads, entries, splits))
+def emit_glue(offloads: Sequence[Offload], entries: Sequence[str], configs: Sequence[KernelConfig]) -> str:
+    """The whole glue translation unit: one exported function per offload, calling ``entries``
+    with the instance configurations ``configs``."""
+    if not len(offloads) == len(entries) == len(configs):
+        raise ValueError(f"{len(offloads)} offloads, {len(entries)} entry points and {len(configs)} configurations")
+    return GLUE_PRELUDE + "".join(emit_glue_function(o, e, c) for o, e, c in zip(offloads, entries, configs))
 
 
 def compile_glue(source: str) -> Path:
