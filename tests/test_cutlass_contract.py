@@ -238,3 +238,23 @@ def test_generator_passes_over_refused_configurations_and_reports_a_refused_call
     report = inspect(_dense_k100(), "tvm_ext/a100", "cutlass").to_json()
     assert not [d for d in report["selection"]["main"]["dropped"] if d["generator"] == "cutlass"]
     assert narrow.name() in json.dumps(report)
+
+
+def test_2x_records_timed_with_the_transposing_launcher_are_ignored(tmp_path):
+    """A 2.x record from before the launcher fix timed the transposed problem: not used."""
+    from tvm_ext.cutlass.generator import CutlassPlan
+    from tvm_ext.cutlass.records import best_config, cutlass_record
+    from tvm_ext.select.database import Database, Record
+
+    wl = RIGHT["bert_ffn_m128"].offload.workload
+    db = Database(tmp_path / "db.jsonl")
+    fresh = cutlass_record(wl, CFG, "a100", 9e-6)
+    assert fresh.config["launcher"] == 2
+    stale = dict(fresh.config)
+    del stale["launcher"]
+    db.add(Record(fresh.key, "a100", fresh.dtype, "cutlass", 1e-6, stale, "cutlass profiler"))
+    assert best_config(db, wl, "a100", ARCH) is None
+    db.add(fresh)
+    assert best_config(db, wl, "a100", ARCH) == (CFG, 9e-6)
+    plan = CutlassPlan("tvm_ext_cutlass.dense_bias_gelu", CFG, ARCH, wl.key(), "float16")
+    assert plan.measured_config() == fresh.config  # the measured cost model matches records by it

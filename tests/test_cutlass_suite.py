@@ -46,6 +46,16 @@ def test_every_distinct_instance_compiles(suite):
     assert not failures, "\n\n".join(failures)
 
 
+def test_every_offload_passes_the_contract_check(suite):
+    """Every call of every model, both archs: can_implement, operand ranges, emulated outputs."""
+    plan, _, _ = suite
+    checked = [(model, arch, r) for (model, arch), results in plan.verdicts.items() for r in results]
+    assert len(checked) == sum(plan.offloads.values())
+    bad = [f"{model} {arch} {r.line()}" for model, arch, r in checked if not r.ok]
+    assert not bad, "\n".join(bad)
+    assert {r.family for _, _, r in checked} >= {"gemm_2x", "gemm_3x", "conv2d_2x"}
+
+
 def test_glue_of_every_model_compiles(suite):
     plan, _, glue_errors = suite
     assert not glue_errors, glue_errors

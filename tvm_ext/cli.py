@@ -204,7 +204,28 @@ def _cmd_check(args: argparse.Namespace) -> int:
 
     result = _with_progress(["CPU build + onnxruntime"], args.quiet, body)
     print(result.message())
-    return 0 if result.ok else EXIT_MISMATCH
+    calls_ok = True
+    if args.target:
+        calls_ok = _check_library_calls(model, args)
+    return 0 if result.ok and calls_ok else EXIT_MISMATCH
+
+
+def _check_library_calls(model: Path, args: argparse.Namespace) -> bool:
+    """``check --target``: every CUTLASS call the preset makes for the target, checked on the host."""
+    from .driver.library_calls import library_calls
+    from .driver.pipeline import load_module
+    from .hardware import resolve_target
+
+    target = resolve_target(args.target)
+    mod = load_module(str(model), **_model_kwargs(args))
+    verdicts = _with_progress(["library calls"], args.quiet,
+                              lambda step: (step("library calls"), library_calls(mod, target, args.preset))[1])
+    for _, result in verdicts:
+        print(f"CUTLASS {result.line()}")
+    bad = sum(not r.ok for _, r in verdicts)
+    print(f"{len(verdicts)} CUTLASS call(s) for {args.target} checked on the host: "
+          + ("all right" if not bad else f"{bad} with findings"))
+    return not bad
 
 
 def _cmd_measure(args: argparse.Namespace) -> int:
@@ -333,6 +354,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rtol", type=float, default=None, help=f"relative tolerance (default {rtol32:g}, fp16 {rtol16:g})")
     p.add_argument("--atol", type=float, default=None, help=f"absolute tolerance (default {atol32:g}, fp16 {atol16:g})")
     p.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+    p.add_argument("--target", default=None,
+                   help="also check every CUTLASS call the preset makes for this GPU target on the host: the "
+                        "kernel's can_implement, every operand's element range, emulated outputs (no GPU)")
     p.set_defaults(func=_cmd_check)
 
     p = sub.add_parser("measure", help="time the planned kernels (local GPU or RPC tracker) into a database")

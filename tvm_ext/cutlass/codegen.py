@@ -30,7 +30,7 @@ from ..select.plan import PlanError, plan_of
 from .candidates import arch_number
 from .config import KernelConfig
 from .emit_b2b import b2b_candidates
-from .contract import ContractCall, check_calls, first_accepted
+from .contract import ContractCall, ContractResult, check_calls, first_accepted
 from .instance import FUSED_KINDS, Kernel, kernel_for
 from .errors import CutlassCodegenError
 from .nvcc import cache_dir, compile_many, link_relocatable
@@ -98,18 +98,14 @@ def _planned_config(func) -> KernelConfig | None:
     return None if plan is None else plan.config
 
 
-def plan_kernels(funcs: Sequence, options: Mapping | None = None) -> tuple[list[Offload], list[Kernel]]:
-    """Workloads and emitted kernels for partitioned functions, each call checked on the host.
+def checked_kernels(funcs: Sequence, options: Mapping | None = None
+                    ) -> tuple[list[Offload], list[Kernel | None], list[ContractResult]]:
+    """Workloads, kernels and contract verdicts of partitioned functions (see :func:`plan_kernels`).
 
     A function with a plan keeps its configuration; one without gets the best configuration
     (:func:`ranked_configs`) whose call passes the contract check
-    (:func:`~tvm_ext.cutlass.contract.first_accepted`). Planned calls are checked too (cached when
-    the generator checked them), so no refused call reaches a GPU: a shape known here fails here.
-
-    Raises
-    ------
-    CutlassCodegenError
-        A call that no configuration tried (or the planned one) is accepted for.
+    (:func:`~tvm_ext.cutlass.contract.first_accepted`), or None when none does. Each verdict is
+    the built kernel's, else the first refusal's.
     """
     opts = dict(options or {})
     arch = str(opts.get("arch", "sm_80"))
@@ -120,22 +116,39 @@ def plan_kernels(funcs: Sequence, options: Mapping | None = None) -> tuple[list[
     database = Database(db_path) if db_path else None
     offloads = [workload_from_function(func) for func in funcs]
     planned = [_planned_config(func) for func in funcs]
-    unplanned = [i for i, cfg in enumerate(planned) if cfg is None]
-    ranked = [ranked_configs(offloads[i].workload, arch, device, database) for i in unplanned]
     kernels: list[Kernel | None] = [None if cfg is None else kernel_for(off, cfg, arch)
                                     for off, cfg in zip(offloads, planned)]
+    unplanned = [i for i, cfg in enumerate(planned) if cfg is None]
+    ranked = [ranked_configs(offloads[i].workload, arch, device, database) for i in unplanned]
+    results: list[ContractResult | None] = [None] * len(funcs)
     for i, accepted in zip(unplanned, first_accepted([offloads[i] for i in unplanned], ranked, arch)):
-        if accepted.kernel is None:
-            raise CutlassCodegenError(f"{offloads[i].symbol} ({offloads[i].composite}): no CUTLASS configuration "
-                                      f"is accepted: {accepted.reason()}")
         kernels[i] = accepted.kernel
-    checked = [i for i, cfg in enumerate(planned) if cfg is not None]
-    for i, result in zip(checked, check_calls([ContractCall(offloads[i], kernels[i]) for i in checked], arch)):
-        if not result.ok:
-            raise CutlassCodegenError(f"{offloads[i].symbol}: the planned CUTLASS call is refused: {result.line()}")
+        if accepted.kernel is None:
+            results[i] = accepted.refused[0]
+            _LOG.warning("%s: %s", offloads[i].symbol, accepted.reason())
+    calls = [(i, ContractCall(offloads[i], k)) for i, k in enumerate(kernels) if k is not None]
+    for (i, _), result in zip(calls, check_calls([c for _, c in calls], arch)):  # cached for the accepted
+        results[i] = result
     for off, kernel, cfg in zip(offloads, kernels, planned):
-        why = "plan" if cfg is not None else ("database" if kernel.from_database else "heuristic")
-        _LOG.info("%s: %s -> %s (%s)", off.symbol, off.composite, kernel.config.name(), why)
+        if kernel is not None:
+            why = "plan" if cfg is not None else ("database" if kernel.from_database else "heuristic")
+            _LOG.info("%s: %s -> %s (%s)", off.symbol, off.composite, kernel.config.name(), why)
+    return offloads, kernels, [r for r in results if r is not None]
+
+
+def plan_kernels(funcs: Sequence, options: Mapping | None = None) -> tuple[list[Offload], list[Kernel]]:
+    """Workloads and emitted kernels for partitioned functions, each call checked on the host
+    (:func:`checked_kernels`): no refused call reaches a GPU, a shape known here fails here.
+
+    Raises
+    ------
+    CutlassCodegenError
+        A call that no configuration tried (or the planned one) is accepted for.
+    """
+    offloads, kernels, results = checked_kernels(funcs, options)
+    for off, kernel, result in zip(offloads, kernels, results):
+        if kernel is None or not result.ok:
+            raise CutlassCodegenError(f"{off.symbol} ({off.composite}): the CUTLASS call is refused: {result.line()}")
     return offloads, kernels
 
 

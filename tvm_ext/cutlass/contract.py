@@ -250,6 +250,27 @@ def check_calls(calls: Sequence[ContractCall], arch: str, *, use_cache: bool = T
     return [r for r in results if r is not None]
 
 
+def call_path(call: ContractCall) -> str:
+    """The code path a call exercises, for tables: operation, epilogue and what varies at run time
+    or by instance (batched operands, split-K, convolution stride, TF32, narrow vectors)."""
+    wl, cfg = call.offload.workload, call.kernel.config
+    kind = {"gemm": f"GEMM {'3.x' if cfg.api == '3x' else '2.x'}", "conv2d": "conv2d", "b2b_gemm": "b2b GEMM",
+            "b2b_conv2d": "b2b conv2d"}[wl.kind]
+    parts = [kind, wl.epilogue.suffix.strip("_") or "plain"]
+    if wl.kind == "gemm" and wl.batch > 1:
+        parts.append("batched B" if wl.b_batched else "batched A, shared B")
+    if cfg.split_k > 1:
+        parts.append("split-K")
+    if wl.kind == "conv2d":
+        parts.append("unit stride" if tuple(wl.stride) == (1, 1) else "strided")
+    if wl.dtype == "float32":
+        parts.append("TF32")
+    full = 128 // (16 if wl.dtype != "float32" else 32)
+    if min(cfg.alignment) < full:
+        parts.append("alignment " + "/".join(map(str, cfg.alignment)))
+    return ", ".join(parts)
+
+
 @dataclass(frozen=True)
 class Acceptance:
     """What :func:`first_accepted` found for one offload: the kernel to build (None when every
@@ -292,5 +313,5 @@ def first_accepted(offloads: Sequence[Offload], ranked: Sequence[Sequence[tuple[
     return chosen
 
 
-__all__ = ["Acceptance", "BATCH_INSTANCES", "ContractCall", "ContractResult", "MAX_TRIES", "call_key", "check_calls",
+__all__ = ["Acceptance", "BATCH_INSTANCES", "call_path", "ContractCall", "ContractResult", "MAX_TRIES", "call_key", "check_calls",
            "first_accepted", "verdict"]

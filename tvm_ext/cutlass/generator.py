@@ -48,7 +48,7 @@ from .passes import b2b_pattern_source, codegen_options, offload_reason, prepare
 from .patterns import CODEGEN_NAME, OP_KINDS, Rejections, cutlass_patterns
 from .precision import math_dtype, precision_label
 from .pricing import describe
-from .records import workload_dtype
+from .records import record_config, workload_dtype
 from .workload import workload_from_function
 
 logger = logging.getLogger(__name__)
@@ -96,8 +96,9 @@ class CutlassPlan:
         return f"cutlass {self.composite} {self.precision} {self.config.name()}"
 
     def measured_config(self) -> dict[str, Any]:
-        """What a measurement of this kernel is keyed by: the template configuration."""
-        return self.config.to_dict()
+        """What a measurement of this kernel is keyed by: the template configuration (and the
+        launcher revision of a 2.x one: :func:`~tvm_ext.cutlass.records.record_config`)."""
+        return record_config(self.config)
 
 
 class CutlassGenerator:

@@ -15,12 +15,19 @@ Example
 """
 from __future__ import annotations
 
+import logging
+
 from ..select.database import Database, Record
 from .candidates import admissible
-from .config import API_3X, KernelConfig
+from .config import API_2X, API_3X, KernelConfig
 from .precision import math_dtype
 
+_LOG = logging.getLogger(__name__)
 GENERATOR = "cutlass"
+#: Marks 2.x records timed by a launcher that runs the problem it is given. Before it, the 2.x
+#: launcher ran the transposed problem through GemmUniversalAdapter (NVIDIA/cutlass#801): such a
+#: record timed the wrong GEMM and is ignored.
+LAUNCHER_2X = 2
 
 
 def dtype_key(in_dtype: str, out_dtype: str) -> str:
@@ -42,7 +49,20 @@ def builds_for(cfg: KernelConfig, arch: str) -> bool:
 def cutlass_record(wl, cfg: KernelConfig, device: str, latency_s: float, source: str = "cutlass profiler") -> Record:
     """The record of one measured configuration."""
     return Record(key=wl.key(), device=device, dtype=workload_dtype(wl), generator=GENERATOR, latency_s=latency_s,
-                  config=cfg.to_dict(), source=source)
+                  config=record_config(cfg), source=source)
+
+
+def record_config(cfg: KernelConfig) -> dict:
+    """What a measurement of ``cfg`` is keyed by: its parameters and, for 2.x, :data:`LAUNCHER_2X`."""
+    config = cfg.to_dict()
+    if cfg.api == API_2X:
+        config["launcher"] = LAUNCHER_2X
+    return config
+
+
+def timed_the_right_problem(rec: Record) -> bool:
+    """False for a 2.x record timed before :data:`LAUNCHER_2X` (it measured the transposed problem)."""
+    return rec.config.get("api") != API_2X or rec.config.get("launcher") == LAUNCHER_2X
 
 
 def best_configs(database: Database | None, wl, device: str, arch: str) -> list[tuple[KernelConfig, float]]:
@@ -54,6 +74,10 @@ def best_configs(database: Database | None, wl, device: str, arch: str) -> list[
     fastest: dict[KernelConfig, float] = {}
     for rec in database.records(wl.key(), device, workload_dtype(wl)):
         if rec.generator != GENERATOR:
+            continue
+        if not timed_the_right_problem(rec):
+            _LOG.warning("ignoring a CUTLASS 2.x record of %s timed with the transposing launcher; re-run "
+                         "`tvm-ext measure` or cutlass tune", rec.key)
             continue
         cfg = KernelConfig.from_dict(rec.config)
         if builds_for(cfg, arch) and admissible(wl, cfg, arch):
@@ -67,4 +91,4 @@ def best_config(database: Database | None, wl, device: str, arch: str) -> tuple[
     return usable[0] if usable else None
 
 
-__all__ = ["GENERATOR", "best_config", "best_configs", "builds_for", "cutlass_record", "dtype_key", "workload_dtype"]
+__all__ = ["GENERATOR", "LAUNCHER_2X", "best_config", "best_configs", "record_config", "timed_the_right_problem", "builds_for", "cutlass_record", "dtype_key", "workload_dtype"]

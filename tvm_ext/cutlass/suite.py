@@ -29,7 +29,8 @@ from tqdm import tqdm
 from tvm import relax
 
 from ..errors import KernelCompileError
-from .codegen import plan_kernels
+from .codegen import checked_kernels
+from .contract import ContractResult
 from .nvcc import cached_object, compile_object
 from .passes import codegen_options, offload_passes
 from .patterns import CODEGEN_NAME
@@ -56,12 +57,14 @@ class SuiteInstance:
 
 @dataclass
 class SuitePlan:
-    """Distinct instances per arch, offload counts and glue sources per (model, arch)."""
+    """Distinct instances per arch, offload counts, glue sources and contract verdicts per (model, arch)."""
 
     archs: tuple[str, ...]
     instances: dict[str, dict[str, SuiteInstance]] = field(default_factory=dict)
     offloads: dict[tuple[str, str], int] = field(default_factory=dict)
     glue: dict[tuple[str, str], str] = field(default_factory=dict)
+    #: The contract check's verdict on every offload, per (model, arch) (:mod:`.contract`).
+    verdicts: dict[tuple[str, str], list[ContractResult]] = field(default_factory=dict)
     seconds_planning: float = 0.0
 
     def all_instances(self) -> list[SuiteInstance]:
@@ -114,7 +117,10 @@ def plan_model(plan: SuitePlan, name: str, mod: tvm.IRModule, database: str | No
         plan.offloads[(name, arch)] = len(funcs)
         if not funcs:
             continue
-        offloads, kernels = plan_kernels(funcs, options)
+        offloads, kernels, verdicts = checked_kernels(funcs, options)
+        plan.verdicts[(name, arch)] = verdicts
+        pairs = [(off, kernel) for off, kernel in zip(offloads, kernels) if kernel is not None]
+        offloads, kernels = [off for off, _ in pairs], [kernel for _, kernel in pairs]
         known = plan.instances.setdefault(arch, {})
         for off, kernel in zip(offloads, kernels):
             inst = known.get(kernel.entry)

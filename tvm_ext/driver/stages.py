@@ -140,9 +140,10 @@ def _distinct_passes(passes) -> list:
 
 
 def preset_passes(preset: str | Preset, target: tvm.target.Target,
-                  excluded: Mapping[str, str] | None = None) -> StagePasses:
+                  excluded: Mapping[str, str] | None = None, library_codegen: bool = True) -> StagePasses:
     """Every stage's passes for ``preset`` and ``target`` (see the module docstring); candidates
-    whose kernel key is in ``excluded`` are not selected."""
+    whose kernel key is in ``excluded`` are not selected. ``library_codegen=False`` leaves the
+    library generators' chosen calls as ``Codegen`` functions (what checks of those calls read)."""
     p = get_preset(preset)
     plan_target = planning_target(target)
     dispatch, legal, fuse_ops = _tvm_graph_passes(target)
@@ -153,7 +154,8 @@ def preset_passes(preset: str | Preset, target: tvm.target.Target,
         names = generators_for(p, target)
         gens = [get_generator(g) for g in names]
         prepare = _distinct_passes(ps for g in gens for ps in g.prepare_passes(plan_target))
-        codegen = [ps for g in gens if g.kernel_kind == "library" for ps in g.codegen_passes(plan_target)]
+        codegen = [ps for g in gens if g.kernel_kind == "library" and library_codegen
+                   for ps in g.codegen_passes(plan_target)]
         select = SelectKernels(names, _selector(p), device, plan_target,
                                cost_model(p) if p.selector == "blp" else None, excluded=excluded,
                                recompute=p.recompute)

@@ -1,0 +1,94 @@
+#!/usr/bin/env python3
+"""Check every CUTLASS call the presets select on the seed suite, on the host (no GPU needed).
+
+For each model (``tvm_ext/models/skeletons/*.onnx`` by default, imported in fp16), target and
+preset, the graph stage runs with the library calls left uncompiled, and every call goes through
+the contract check (``tvm_ext.cutlass.contract``: the project's own glue and launcher, the
+kernel's ``can_implement``, the element range of every operand, emulated outputs against the
+Relax reference). Verdicts are cached, so a rerun costs the graph stages. Prints one table per
+code path (calls, distinct workloads and instances, calls with findings) and every finding.
+
+    python scripts/check_cutlass_calls.py                                  # cutlass + full, h100 + a100
+    python scripts/check_cutlass_calls.py --presets cutlass --targets tvm_ext/a100 --models bert_base_s128
+    python scripts/check_cutlass_calls.py --json bench/modelled/cutlass_contract.json
+
+Exit status 1 if any call has a finding.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+
+def _paths(names: list[str]) -> list[Path]:
+    from tvm_ext.models.skeleton import SKELETON_DIR
+
+    if not names:
+        return sorted(SKELETON_DIR.glob("*.onnx"))
+    return [Path(n) if n.endswith(".onnx") else SKELETON_DIR / f"{n}.onnx" for n in names]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--models", nargs="*", default=[], help="skeleton names or .onnx paths (default: all)")
+    parser.add_argument("--presets", default="cutlass,full", help="comma-separated presets (default cutlass,full)")
+    parser.add_argument("--targets", default="tvm_ext/h100,tvm_ext/a100", help="comma-separated target tags")
+    parser.add_argument("--json", default=None, help="write every verdict and the table here")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(message)s")
+
+    import tvm
+    from tqdm import tqdm
+
+    from tvm_ext.cutlass.contract import call_path
+    from tvm_ext.cutlass.suite import load_fp16_model
+    from tvm_ext.driver.library_calls import library_calls
+
+    presets = [p for p in args.presets.split(",") if p]
+    targets = [t for t in args.targets.split(",") if t]
+    rows, findings = [], []
+    start = time.perf_counter()
+    jobs = [(path, target, preset) for path in _paths(args.models) for target in targets for preset in presets]
+    bar = tqdm(jobs, desc="graph stage + contract", unit="build")
+    module = (None, None)
+    for path, target, preset in bar:
+        bar.set_postfix_str(f"{path.stem} {preset} {target}")
+        if module[0] != path:
+            module = (path, load_fp16_model(path))
+        for call, result in library_calls(module[1], tvm.target.Target(target), preset):
+            row = {"model": path.stem, "target": target, "preset": preset, "symbol": result.symbol,
+                   "path": call_path(call) if call is not None else "refused", "workload": result.workload,
+                   "instance": result.instance, "ok": result.ok, "findings": list(result.findings)}
+            rows.append(row)
+            if not result.ok:
+                findings.append(f"{path.stem} {preset} {target} {result.line()}")
+    table: dict[str, dict] = defaultdict(lambda: {"calls": 0, "workloads": set(), "instances": set(), "bad": 0})
+    for row in rows:
+        entry = table[row["path"]]
+        entry["calls"] += 1
+        entry["workloads"].add(row["workload"])
+        entry["instances"].add((row["target"], row["instance"]))
+        entry["bad"] += not row["ok"]
+    lines = ["| path | calls | workloads | instances | calls with findings |", "|---|---|---|---|---|"]
+    for path, e in sorted(table.items()):
+        lines.append(f"| {path} | {e['calls']} | {len(e['workloads'])} | {len(e['instances'])} | {e['bad']} |")
+    total_instances = len({(r["target"], r["instance"]) for r in rows})
+    lines.append(f"| **all** | {len(rows)} | {len({r['workload'] for r in rows})} | {total_instances} | "
+                 f"{sum(not r['ok'] for r in rows)} |")
+    print("\n".join(lines))
+    print(f"\n{len(jobs)} builds ({', '.join(presets)} x {', '.join(targets)}) in {time.perf_counter() - start:.0f} s")
+    for line in findings:
+        print(line)
+    if args.json:
+        Path(args.json).write_text(json.dumps({"presets": presets, "targets": targets, "table": lines, "calls": rows},
+                                              indent=1))
+    return 1 if findings else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
