@@ -11,6 +11,11 @@ code path (calls, distinct workloads and instances, calls with findings) and eve
     python scripts/check_cutlass_calls.py                                  # cutlass + full, h100 + a100
     python scripts/check_cutlass_calls.py --presets cutlass --targets tvm_ext/a100 --models bert_base_s128
     python scripts/check_cutlass_calls.py --json bench/modelled/cutlass_contract.json
+    python scripts/check_cutlass_calls.py --matrix          # hand-built calls: every path, odd extents
+
+``--matrix`` checks ``tvm_ext.cutlass.contract_cases.coverage_matrix`` instead of models: each call
+with the configuration the codegen would build (the best one the check accepts; on sm_90a the
+best CUTLASS 3.x one), and counts calls whose best-ranked configuration was refused.
 
 Exit status 1 if any call has a finding.
 """
@@ -39,6 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--presets", default="cutlass,full", help="comma-separated presets (default cutlass,full)")
     parser.add_argument("--targets", default="tvm_ext/h100,tvm_ext/a100", help="comma-separated target tags")
     parser.add_argument("--json", default=None, help="write every verdict and the table here")
+    parser.add_argument("--matrix", action="store_true", help="check the hand-built coverage matrix instead")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
 
@@ -51,8 +57,11 @@ def main(argv: list[str] | None = None) -> int:
 
     presets = [p for p in args.presets.split(",") if p]
     targets = [t for t in args.targets.split(",") if t]
-    rows, findings = [], []
     start = time.perf_counter()
+    if args.matrix:
+        rows, findings = _matrix_rows()
+        return _report(rows, findings, f"coverage matrix in {time.perf_counter() - start:.0f} s", args.json)
+    rows, findings = [], []
     jobs = [(path, target, preset) for path in _paths(args.models) for target in targets for preset in presets]
     bar = tqdm(jobs, desc="graph stage + contract", unit="build")
     module = (None, None)
@@ -67,26 +76,60 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(row)
             if not result.ok:
                 findings.append(f"{path.stem} {preset} {target} {result.line()}")
-    table: dict[str, dict] = defaultdict(lambda: {"calls": 0, "workloads": set(), "instances": set(), "bad": 0})
+    return _report(rows, findings, f"{len(jobs)} builds ({', '.join(presets)} x {', '.join(targets)}) in "
+                   f"{time.perf_counter() - start:.0f} s", args.json)
+
+
+def _matrix_rows() -> tuple[list[dict], list[str]]:
+    from tvm_ext.cutlass.codegen import device_for, ranked_configs
+    from tvm_ext.cutlass.contract import ContractCall, call_path, first_accepted
+    from tvm_ext.cutlass.contract_cases import coverage_matrix
+
+    rows, findings = [], []
+    for arch in ("sm_80", "sm_90a"):
+        device = device_for(arch)
+        offloads = coverage_matrix(arch)
+        ranked = [ranked_configs(off.workload, arch, device, None) for off in offloads]
+        if arch == "sm_90a":
+            ranked = [[rc for rc in r if rc[0].api == "3x"] for r in ranked]
+        print(f"{arch}: {len(offloads)} calls")
+        for off, accepted in zip(offloads, first_accepted(offloads, ranked, arch)):
+            ok = accepted.kernel is not None
+            path = call_path(ContractCall(off, accepted.kernel)) if ok else "refused"
+            rows.append({"model": "matrix", "target": arch, "preset": "", "symbol": off.symbol, "path": path,
+                         "workload": off.workload.key() + off.workload.epilogue.suffix,
+                         "instance": accepted.kernel.key if ok else "", "ok": ok,
+                         "first_refused": len(accepted.refused),
+                         "findings": [f for r in accepted.refused for f in r.findings]})
+            if not ok:
+                findings.append(f"{arch} {off.symbol}: {accepted.reason()}")
+    return rows, findings
+
+
+def _report(rows: list[dict], findings: list[str], what: str, json_path: str | None) -> int:
+    table: dict[str, dict] = defaultdict(lambda: {"calls": 0, "workloads": set(), "instances": set(), "bad": 0,
+                                                  "fallback": 0})
     for row in rows:
         entry = table[row["path"]]
         entry["calls"] += 1
         entry["workloads"].add(row["workload"])
         entry["instances"].add((row["target"], row["instance"]))
         entry["bad"] += not row["ok"]
-    lines = ["| path | calls | workloads | instances | calls with findings |", "|---|---|---|---|---|"]
+        entry["fallback"] += bool(row.get("first_refused")) and row["ok"]
+    lines = ["| path | calls | workloads | instances | accepted after a refusal | calls with findings |",
+             "|---|---|---|---|---|---|"]
     for path, e in sorted(table.items()):
-        lines.append(f"| {path} | {e['calls']} | {len(e['workloads'])} | {len(e['instances'])} | {e['bad']} |")
-    total_instances = len({(r["target"], r["instance"]) for r in rows})
-    lines.append(f"| **all** | {len(rows)} | {len({r['workload'] for r in rows})} | {total_instances} | "
-                 f"{sum(not r['ok'] for r in rows)} |")
+        lines.append(f"| {path} | {e['calls']} | {len(e['workloads'])} | {len(e['instances'])} | {e['fallback']} "
+                     f"| {e['bad']} |")
+    lines.append(f"| **all** | {len(rows)} | {len({r['workload'] for r in rows})} | "
+                 f"{len({(r['target'], r['instance']) for r in rows})} | "
+                 f"{sum(bool(r.get('first_refused')) and r['ok'] for r in rows)} | {sum(not r['ok'] for r in rows)} |")
     print("\n".join(lines))
-    print(f"\n{len(jobs)} builds ({', '.join(presets)} x {', '.join(targets)}) in {time.perf_counter() - start:.0f} s")
+    print(f"\n{what}")
     for line in findings:
         print(line)
-    if args.json:
-        Path(args.json).write_text(json.dumps({"presets": presets, "targets": targets, "table": lines, "calls": rows},
-                                              indent=1))
+    if json_path:
+        Path(json_path).write_text(json.dumps({"table": lines, "calls": rows}, indent=1))
     return 1 if findings else 0
 
 

@@ -10,7 +10,9 @@ overlapping with the import of later models. Each model's TVM-FFI glue is compil
     python scripts/compile_cutlass_suite.py --dry-run --json plan.json   # counts only, no nvcc
     python scripts/compile_cutlass_suite.py --models resnet50_b1_fp32 --arch sm_80 --jobs 1
 
-Exit status 1 if any instance or glue fails to compile.
+Every call is also checked on the host (``tvm_ext.cutlass.contract``: ``can_implement``, operand
+ranges, emulated outputs). Exit status 1 if any instance or glue fails to compile or a call has
+a contract finding.
 """
 from __future__ import annotations
 
@@ -77,9 +79,17 @@ def main(argv: list[str] | None = None) -> int:
     if compiler is not None:
         logging.info("compiled in %.0f s wall, %.0f s CPU (nvcc + g++); total %.0f s; %d failures",
                      compiler.wall_seconds, compiler.cpu_seconds, total, len(failed) + len(glue_errors))
+    refused = [f"{model} {arch} {r.line()}" for (model, arch), results in plan.verdicts.items()
+               for r in results if not r.ok]
+    if compiler is not None:
+        checked = sum(len(v) for v in plan.verdicts.values())
+        logging.info("contract check on the host: %d calls, %d with findings", checked, len(refused))
+        report["contract_findings"] = refused
+        for line in refused:
+            logging.error(line)
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=1))
-    return 1 if failed or glue_errors else 0
+    return 1 if failed or glue_errors or refused else 0
 
 
 if __name__ == "__main__":

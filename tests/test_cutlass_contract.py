@@ -54,7 +54,7 @@ RIGHT = {
 
 @pytest.fixture(scope="module")
 def right():
-    return dict(zip(RIGHT, check_calls(list(RIGHT.values()), ARCH)))
+    return dict(zip(RIGHT, check_calls(list(RIGHT.values()))))
 
 
 @pytest.mark.slow
@@ -125,7 +125,7 @@ FAULTS = {
 
 @pytest.fixture(scope="module")
 def faults():
-    return dict(zip(FAULTS, check_calls([call for call, _ in FAULTS.values()], ARCH)))
+    return dict(zip(FAULTS, check_calls([call for call, _ in FAULTS.values()])))
 
 
 @pytest.mark.slow

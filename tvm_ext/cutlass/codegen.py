@@ -2,9 +2,10 @@
 
 For the functions it receives it: reads each workload, takes the kernel configuration of the
 plan the function carries (:data:`~tvm_ext.select.attrs.PLAN_ATTR`, set by the cutlass generator
-when the candidate was selected; a function partitioned without the spine gets
-:func:`choose_config`'s: the fastest measured configuration, else the heuristic default), emits
-one CUDA translation unit per distinct instance (cutlass_library) and one host glue unit with the
+when the candidate was selected; a function partitioned without the spine gets the best
+configuration of :func:`ranked_configs` that the contract check accepts), checks every call on
+the host (:mod:`~tvm_ext.cutlass.contract`; a refused call fails the build here, never on the
+GPU), emits one CUDA translation unit per distinct instance (cutlass_library) and one host glue unit with the
 TVM-FFI functions, compiles them (nvcc / g++, in parallel, cached), merges the objects with
 ``ld -r`` and returns a ``static_library`` module so ``export_library`` carries the code into
 the final ``.so``.
@@ -98,6 +99,32 @@ def _planned_config(func) -> KernelConfig | None:
     return None if plan is None else plan.config
 
 
+def _codegen_setup(options: Mapping | None) -> tuple[str, DeviceSpec, Database | None]:
+    """``(arch, device, database)`` of the codegen options."""
+    opts = dict(options or {})
+    arch = str(opts.get("arch", "sm_80"))
+    if arch_number(arch) < 80:
+        raise CutlassCodegenError(f"the CUTLASS offload needs sm_80 or newer, got {arch}")
+    device = device_for(arch, str(opts["device"]) if opts.get("device") else None)
+    db_path = str(opts.get("database", "") or "")
+    return arch, device, Database(db_path) if db_path else None
+
+
+def planned_kernels(funcs: Sequence, options: Mapping | None = None) -> tuple[list[Offload], list[Kernel]]:
+    """Workloads and kernels of partitioned functions *before* any check: each plan's
+    configuration, else the best-ranked one (:func:`ranked_configs`). What the suite compiles
+    and then checks all at once; a build uses :func:`plan_kernels`."""
+    arch, device, database = _codegen_setup(options)
+    offloads = [workload_from_function(func) for func in funcs]
+    kernels = []
+    for off, func in zip(offloads, funcs):
+        planned = _planned_config(func)
+        cfg, measured = (planned, False) if planned is not None else \
+            ranked_configs(off.workload, arch, device, database)[0]
+        kernels.append(kernel_for(off, cfg, arch, measured))
+    return offloads, kernels
+
+
 def checked_kernels(funcs: Sequence, options: Mapping | None = None
                     ) -> tuple[list[Offload], list[Kernel | None], list[ContractResult]]:
     """Workloads, kernels and contract verdicts of partitioned functions (see :func:`plan_kernels`).
@@ -107,13 +134,7 @@ def checked_kernels(funcs: Sequence, options: Mapping | None = None
     (:func:`~tvm_ext.cutlass.contract.first_accepted`), or None when none does. Each verdict is
     the built kernel's, else the first refusal's.
     """
-    opts = dict(options or {})
-    arch = str(opts.get("arch", "sm_80"))
-    if arch_number(arch) < 80:
-        raise CutlassCodegenError(f"the CUTLASS offload needs sm_80 or newer, got {arch}")
-    device = device_for(arch, str(opts["device"]) if opts.get("device") else None)
-    db_path = str(opts.get("database", "") or "")
-    database = Database(db_path) if db_path else None
+    arch, device, database = _codegen_setup(options)
     offloads = [workload_from_function(func) for func in funcs]
     planned = [_planned_config(func) for func in funcs]
     kernels: list[Kernel | None] = [None if cfg is None else kernel_for(off, cfg, arch)
@@ -127,7 +148,7 @@ def checked_kernels(funcs: Sequence, options: Mapping | None = None
             results[i] = accepted.refused[0]
             _LOG.warning("%s: %s", offloads[i].symbol, accepted.reason())
     calls = [(i, ContractCall(offloads[i], k)) for i, k in enumerate(kernels) if k is not None]
-    for (i, _), result in zip(calls, check_calls([c for _, c in calls], arch)):  # cached for the accepted
+    for (i, _), result in zip(calls, check_calls([c for _, c in calls])):  # cached for the accepted
         results[i] = result
     for off, kernel, cfg in zip(offloads, kernels, planned):
         if kernel is not None:

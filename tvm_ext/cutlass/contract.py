@@ -25,7 +25,7 @@ its instances have been checked. The generator proposes only calls that pass
 
 Example
 -------
->>> results = check_calls([ContractCall(offload, kernel_for(offload, cfg, "sm_80"))], "sm_80")
+>>> results = check_calls([ContractCall(offload, kernel_for(offload, cfg, "sm_80"))])
 >>> results[0].ok, results[0].can_implement
 (True, 'Success')
 """
@@ -38,7 +38,7 @@ import os
 import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Sequence
 
 import numpy as np
 
@@ -54,8 +54,6 @@ from .wrapper import emit_glue_function
 _LOG = logging.getLogger(__name__)
 #: Bump when the verdict's rules change: cached results are then re-derived.
 VERDICT_VERSION = "1"
-#: Distinct instances per contract program (3.x instances take several times the compile memory).
-BATCH_INSTANCES, BATCH_INSTANCES_3X = 12, 3
 #: Configurations :func:`first_accepted` tries per offload before it gives up on CUTLASS for it.
 MAX_TRIES = 4
 #: CUDA's grid limits (y and z; x is 2^31 - 1).
@@ -109,11 +107,12 @@ class ContractResult:
         return f"{self.symbol}: {'REFUSED' if self.refused else 'WRONG'}: " + "; ".join(self.findings)
 
 
-def call_key(call: ContractCall, arch: str) -> str:
-    """Cache key of a call's verdict: instance source, glue function, misalignment, headers."""
+def call_key(call: ContractCall) -> str:
+    """Cache key of a call's verdict: instance source, glue function, misalignment, headers (not the
+    target arch: a 2.x instance is the same source for every arch, a 3.x one names its own)."""
     glue = emit_glue_function(dataclasses.replace(call.offload, symbol="call"), call.kernel.entry, call.kernel.config)
     parts = [call.kernel.source, glue, repr(call.misalign), headers_digest(), VERDICT_VERSION]
-    return source_key("\0".join(parts), [arch, "contract"])
+    return source_key("\0".join(parts), ["contract"])
 
 
 def _cache_path(key: str) -> Path:
@@ -194,28 +193,11 @@ def verdict(call: ContractCall, raw: dict) -> ContractResult:
                           family=report.get("family", ""))
 
 
-def _batches(calls: Sequence[tuple[int, ContractCall]]) -> list[list[tuple[int, ContractCall]]]:
-    """Calls grouped so that no program holds more than its share of distinct instances."""
-    out: list[list[tuple[int, ContractCall]]] = []
-    entries: list[set[str]] = []
-    for item in sorted(calls, key=lambda ic: ic[1].kernel.config.api):
-        cfg = item[1].kernel.config
-        limit = BATCH_INSTANCES_3X if cfg.api == "3x" else BATCH_INSTANCES
-        if out and (item[1].kernel.entry in entries[-1] or len(entries[-1]) < limit) \
-                and out[-1][0][1].kernel.config.api == cfg.api:
-            out[-1].append(item)
-            entries[-1].add(item[1].kernel.entry)
-        else:
-            out.append([item])
-            entries.append({item[1].kernel.entry})
-    return out
+def check_calls(calls: Sequence[ContractCall], *, use_cache: bool = True) -> list[ContractResult]:
+    """Check library calls; results in call order.
 
-
-def check_calls(calls: Sequence[ContractCall], arch: str, *, use_cache: bool = True,
-                on_batch: Callable[[int, int], None] | None = None) -> list[ContractResult]:
-    """Check library calls built for ``arch`` (``sm_80``, ``sm_90a``...); results in call order.
-
-    ``on_batch(done, total)`` is told of each program as it finishes (for progress bars).
+    Calls checked before (same instance source, glue function and headers) come from the cache;
+    the rest run in one contract program.
 
     Raises
     ------
@@ -227,26 +209,23 @@ def check_calls(calls: Sequence[ContractCall], arch: str, *, use_cache: bool = T
     results: list[ContractResult | None] = [None] * len(calls)
     todo = []
     for i, call in enumerate(calls):
-        path = _cache_path(call_key(call, arch))
+        path = _cache_path(call_key(call))
         if use_cache and path.exists():
             data = json.loads(path.read_text())
             data.update(symbol=call.offload.symbol, findings=tuple(data["findings"]))
             results[i] = ContractResult(**data)
         else:
             todo.append((i, call))
-    batches = _batches(todo)
-    for done, batch in enumerate(batches, 1):
-        _LOG.info("CUTLASS contract: %d calls, %d instances on the host", len(batch),
-                  len({c.kernel.entry for _, c in batch}))
-        program = build_program([c for _, c in batch], arch)
-        for (i, call), raw in zip(batch, run_program(program, len(batch))):
+    if todo:
+        _LOG.info("CUTLASS contract: %d calls, %d instances on the host", len(todo),
+                  len({c.kernel.entry for _, c in todo}))
+        program = build_program([c for _, c in todo])
+        for (i, call), raw in zip(todo, run_program(program, len(todo))):
             results[i] = verdict(call, raw)
-            target = _cache_path(call_key(call, arch))
+            target = _cache_path(call_key(call))
             staged = target.with_suffix(f".{os.getpid()}.tmp")
             staged.write_text(json.dumps(asdict(results[i])))
             staged.replace(target)
-        if on_batch is not None:
-            on_batch(done, len(batches))
     return [r for r in results if r is not None]
 
 
@@ -304,7 +283,7 @@ def first_accepted(offloads: Sequence[Offload], ranked: Sequence[Sequence[tuple[
                 calls.append(ContractCall(offloads[i], kernel_for(offloads[i], cfg, arch, measured)))
                 owners.append(i)
         pending = []
-        for i, call, result in zip(owners, calls, check_calls(calls, arch)):
+        for i, call, result in zip(owners, calls, check_calls(calls)):
             if result.ok:
                 chosen[i] = Acceptance(call.kernel, chosen[i].refused)
             else:
@@ -313,5 +292,5 @@ def first_accepted(offloads: Sequence[Offload], ranked: Sequence[Sequence[tuple[
     return chosen
 
 
-__all__ = ["Acceptance", "BATCH_INSTANCES", "call_path", "ContractCall", "ContractResult", "MAX_TRIES", "call_key", "check_calls",
+__all__ = ["Acceptance", "call_path", "ContractCall", "ContractResult", "MAX_TRIES", "call_key", "check_calls",
            "first_accepted", "verdict"]

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -33,6 +34,7 @@ import tvm
 from ..errors import KernelCompileError
 from ..toolchain.cuda import nvcc_path
 from .instance import Kernel
+from .config import API_3X
 from .emit_gemm import ARGS_HEADER
 from .errors import CutlassSetupError
 from .nvcc import cache_dir, compile_object, source_key, tvm_ffi_include
@@ -45,6 +47,8 @@ _DL_CODES = {"float16": (2, 16), "bfloat16": (4, 16), "float32": (2, 32)}
 _INCLUDE_LINE = re.compile(r"^\s*#\s*include\s*[<\"].*[>\"]\s*$", re.MULTILINE)
 #: Seconds a program may run (emulating a few dozen outputs per call takes milliseconds).
 RUN_TIMEOUT = 300.0
+#: Instances per translation unit of contract objects (2.x; 3.x ones take several GB each).
+UNIT_INSTANCES, UNIT_INSTANCES_3X = 12, 3
 
 
 @dataclass(frozen=True)
@@ -178,8 +182,10 @@ def _link(objects: Sequence[Path]) -> Path:
     if target.exists():
         return target
     tmp = target.with_suffix(".tmp")
+    # an instance lives in one object (instance_objects' index); should two hold it, both are the
+    # same source under the same content-hashed name
     cmd = [nvcc_path(), *map(str, objects), "-o", str(tmp), f"-L{lib_dir}", "-ltvm_ffi",
-           "-Xlinker", f"-rpath={lib_dir}"]
+           "-Xlinker", f"-rpath={lib_dir}", "-Xlinker", "--allow-multiple-definition"]
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         raise KernelCompileError(f"linking the contract program failed:\n{(proc.stderr or proc.stdout)[-4000:]}")
@@ -187,14 +193,64 @@ def _link(objects: Sequence[Path]) -> Path:
     return target
 
 
-def build_program(calls: Sequence[ContractCall], arch: str) -> Path:
-    """Compile and link the contract program of ``calls`` for ``arch`` (all parts cached)."""
-    kernels = list({c.kernel.entry: c.kernel for c in calls}.values())
-    instances = compile_object(instance_unit(kernels), arch, base_flags=contract_flags(arch))
+def contract_arch(kernel: Kernel) -> str:
+    """The arch a kernel's contract object is compiled for. A 2.x instance is the same source on
+    every arch (its key says ``sm80``), so one object serves sm_80 and sm_90a builds; a 3.x
+    instance needs sm_90a."""
+    return "sm_90a" if kernel.config.api == API_3X else "sm_80"
+
+
+def _index_path() -> Path:
+    path = cache_dir() / "contract"
+    path.mkdir(parents=True, exist_ok=True)
+    return path / "instances.json"
+
+
+def _object_key(kernel: Kernel) -> str:
+    return source_key(kernel.source, contract_flags(contract_arch(kernel)))
+
+
+def instance_objects(kernels: Sequence[Kernel]) -> list[Path]:
+    """Objects holding the contract-mode launchers of ``kernels``.
+
+    Each instance is compiled once: instances not compiled before share new translation units
+    (at most :data:`UNIT_INSTANCES` 2.x or :data:`UNIT_INSTANCES_3X` 3.x ones each: header
+    parsing dominates, a 3.x instance takes several GB), and an index in the cache maps every
+    instance to the object holding it.
+    """
+    path = _index_path()
+    index: dict[str, str] = json.loads(path.read_text()) if path.exists() else {}
+    objects, missing = set(), {}
+    for kernel in kernels:
+        name = index.get(_object_key(kernel))
+        if name and (cache_dir() / name).exists():
+            objects.add(cache_dir() / name)
+        else:
+            missing.setdefault(_object_key(kernel), kernel)
+    by_arch: dict[str, list[Kernel]] = {}
+    for kernel in missing.values():
+        by_arch.setdefault(contract_arch(kernel), []).append(kernel)
+    for arch, todo in by_arch.items():
+        size = UNIT_INSTANCES_3X if arch == "sm_90a" else UNIT_INSTANCES
+        for start in range(0, len(todo), size):
+            chunk = todo[start:start + size]
+            obj = compile_object(instance_unit(chunk), arch, base_flags=contract_flags(arch))
+            objects.add(obj)
+            index = json.loads(path.read_text()) if path.exists() else {}
+            index.update({_object_key(k): obj.name for k in chunk})
+            staged = path.with_suffix(f".{os.getpid()}.tmp")
+            staged.write_text(json.dumps(index))
+            staged.replace(path)
+    return sorted(objects)
+
+
+def build_program(calls: Sequence[ContractCall]) -> Path:
+    """Compile and link the contract program of ``calls`` (all parts cached)."""
+    instances = instance_objects(list({c.kernel.entry: c.kernel for c in calls}.values()))
     renamed = [dataclasses.replace(c.offload, symbol=_call_symbol(i)) for i, c in enumerate(calls)]
     glue = compile_glue(emit_glue(renamed, [c.kernel.entry for c in calls], [c.kernel.config for c in calls]))
     main = _gxx(main_unit(calls), "contract-main")
-    return _link([main, glue, instances])
+    return _link([main, glue, *instances])
 
 
 def run_program(program: Path, count: int) -> list[dict]:
@@ -216,5 +272,5 @@ def run_program(program: Path, count: int) -> list[dict]:
     return lines
 
 
-__all__ = ["ContractCall", "ProgramParam", "build_program", "contract_flags", "headers_digest", "instance_unit",
-           "main_unit", "params_of", "run_program"]
+__all__ = ["ContractCall", "ProgramParam", "build_program", "contract_arch", "contract_flags", "headers_digest",
+           "instance_objects", "instance_unit", "main_unit", "params_of", "run_program"]

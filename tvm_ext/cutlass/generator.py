@@ -6,9 +6,14 @@ pairs first when measurements favour them, then single operators with their long
 partition a copy of the pre-legalization function exactly as :func:`partition_for_cutlass`
 would; each match is traced back to the legalized nodes it covers (legalization keeps the
 binding variables; a weight transpose folded into a constant has no node and needs none). The
-plan is the composite and its kernel configuration (:func:`~tvm_ext.cutlass.codegen.choose_config`);
-a chosen candidate becomes a call of its ``Codegen`` function, which carries the plan, and the
-BYOC codegen (``RunCodegen``) builds exactly that configuration.
+plan is the composite and its kernel configuration: the best one
+(:func:`~tvm_ext.cutlass.codegen.ranked_configs`: measured, else priced) whose call passes the
+host-side contract check (:func:`~tvm_ext.cutlass.contract.first_accepted`: the kernel's
+``can_implement``, every operand in bounds, emulated outputs equal to the Relax reference). A
+call no configuration tried is accepted for is dropped with the check's findings, so it stays
+with TVM and the report says why. A chosen candidate becomes a call of its ``Codegen``
+function, which carries the plan, and the BYOC codegen (``RunCodegen``) builds exactly that
+configuration.
 
 Example
 -------

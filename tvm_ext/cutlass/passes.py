@@ -3,8 +3,8 @@
 The ``cutlass`` preset runs the first two as the generator's preparation passes
 (:class:`~tvm_ext.cutlass.generator.CutlassGenerator`) and chooses offloads by selection;
 :func:`offload_passes` is the technique as a pass list usable alone, before legalization
-(partition every match, each with :func:`~tvm_ext.cutlass.codegen.choose_config`'s
-configuration). Convolutions that CUTLASS may take are converted to NHWC/OHWI region by
+(partition every match, each with the best configuration the contract check accepts,
+:func:`~tvm_ext.cutlass.codegen.checked_kernels`). Convolutions that CUTLASS may take are converted to NHWC/OHWI region by
 region (:mod:`~tvm_ext.cutlass.nhwc`): layout transposes appear only where NCHW tensors enter
 or leave a converted region, and a region is converted only when those are few per dense
 convolution; weight transposes of constants are folded.

@@ -29,8 +29,8 @@ from tqdm import tqdm
 from tvm import relax
 
 from ..errors import KernelCompileError
-from .codegen import checked_kernels
-from .contract import ContractResult
+from .codegen import planned_kernels
+from .contract import ContractCall, ContractResult, check_calls
 from .nvcc import cached_object, compile_object
 from .passes import codegen_options, offload_passes
 from .patterns import CODEGEN_NAME
@@ -63,7 +63,9 @@ class SuitePlan:
     instances: dict[str, dict[str, SuiteInstance]] = field(default_factory=dict)
     offloads: dict[tuple[str, str], int] = field(default_factory=dict)
     glue: dict[tuple[str, str], str] = field(default_factory=dict)
-    #: The contract check's verdict on every offload, per (model, arch) (:mod:`.contract`).
+    #: Every offload's library call, per (model, arch), and the contract check's verdicts on
+    #: them (:func:`check_suite_calls`, once every model is planned).
+    calls: dict[tuple[str, str], list[ContractCall]] = field(default_factory=dict)
     verdicts: dict[tuple[str, str], list[ContractResult]] = field(default_factory=dict)
     seconds_planning: float = 0.0
 
@@ -117,10 +119,8 @@ def plan_model(plan: SuitePlan, name: str, mod: tvm.IRModule, database: str | No
         plan.offloads[(name, arch)] = len(funcs)
         if not funcs:
             continue
-        offloads, kernels, verdicts = checked_kernels(funcs, options)
-        plan.verdicts[(name, arch)] = verdicts
-        pairs = [(off, kernel) for off, kernel in zip(offloads, kernels) if kernel is not None]
-        offloads, kernels = [off for off, _ in pairs], [kernel for _, kernel in pairs]
+        offloads, kernels = planned_kernels(funcs, options)
+        plan.calls[(name, arch)] = [ContractCall(off, kernel) for off, kernel in zip(offloads, kernels)]
         known = plan.instances.setdefault(arch, {})
         for off, kernel in zip(offloads, kernels):
             inst = known.get(kernel.entry)
@@ -133,6 +133,15 @@ def plan_model(plan: SuitePlan, name: str, mod: tvm.IRModule, database: str | No
                                                    [k.config for k in kernels])
         if on_glue is not None:
             on_glue((name, arch), glue)
+
+
+def check_suite_calls(plan: SuitePlan) -> None:
+    """The contract verdict of every planned call (``plan.verdicts``): one contract program for
+    the whole suite, each instance compiled once for the check (2.x ones shared by the archs)."""
+    keys = list(plan.calls)
+    flat = [call for key in keys for call in plan.calls[key]]
+    results = iter(check_calls(flat))
+    plan.verdicts = {key: [next(results) for _ in plan.calls[key]] for key in keys}
 
 
 def plan_suite(paths: Iterable[str | os.PathLike[str]], archs: Sequence[str], database: str | None = None,
@@ -281,7 +290,8 @@ def compile_suite(paths: Iterable[str | os.PathLike[str]], archs: Sequence[str],
                   heavy_jobs: int = 1, database: str | None = None,
                   keep: Callable[[SuiteInstance], bool] | None = None,
                   progress: bool = False) -> tuple[SuitePlan, InstanceCompiler]:
-    """Plan the suite and compile its instances (those ``keep`` accepts) and glue, overlapping both.
+    """Plan the suite, compile its instances (those ``keep`` accepts) and glue, overlapping both,
+    and check every call on the host (``plan.verdicts``).
 
     2.x instances and glue compile while models are imported; 3.x instances wait until the
     last model is planned (peak memory: one imported model and one 2.x nvcc, or one 3.x and
@@ -292,6 +302,8 @@ def compile_suite(paths: Iterable[str | os.PathLike[str]], archs: Sequence[str],
                       on_new=lambda inst: compiler.submit(inst) if keep is None or keep(inst) else None,
                       on_glue=compiler.submit_glue,
                       on_model=lambda name: compiler.bar.set_description(f"CUTLASS suite: planning {name}"))
+    compiler.bar.set_description("CUTLASS suite: checking the calls on the host")
+    check_suite_calls(plan)
     compiler.bar.set_description("CUTLASS suite: compiling")
     compiler.finish()
     return plan, compiler
