@@ -14,6 +14,7 @@ from typing import Iterator
 from .b2b import B2bGemmWorkload
 from .b2b_conv import B2bConv2dWorkload
 from .candidates import uses_3x
+from .checks import min_alignment
 from .epilogue import Epilogue, all_epilogues
 from .workload import Conv2dWorkload, GemmWorkload, Offload
 
@@ -99,12 +100,21 @@ def _b2b_cases() -> Iterator[Offload]:
                                                     "relu"))
 
 
+def _partitioner_admits(off: Offload) -> bool:
+    """The partitioner's alignment rule for GEMMs (:func:`~tvm_ext.cutlass.checks.gemm_reject_reason`):
+    K and N multiples of the narrowest vector the kernels load (e.g. QK^T at 77 tokens has N = 77
+    and stays with TVM, so no call of it is checked)."""
+    wl = off.workload
+    align = min_alignment(wl.dtype)
+    return wl.kind != "gemm" or (wl.k % align == 0 and wl.n % align == 0)
+
+
 def coverage_matrix(arch: str) -> list[Offload]:
-    """Every hand-built call for ``arch`` (sm_90a: the GEMMs CUTLASS 3.x may serve; sm_80: every
-    path, 2.x kernels being the same on every arch)."""
+    """Every hand-built call for ``arch`` that the partitioner admits (sm_90a: the GEMMs CUTLASS
+    3.x may serve; sm_80: every path, 2.x kernels being the same on every arch)."""
     if arch == "sm_90a":
-        return [off for off in _gemm_cases() if uses_3x(off.workload, arch)]
-    return [*_gemm_cases(), *_conv_cases(), *_b2b_cases()]
+        return [off for off in _gemm_cases() if _partitioner_admits(off) and uses_3x(off.workload, arch)]
+    return [off for off in (*_gemm_cases(), *_conv_cases(), *_b2b_cases()) if _partitioner_admits(off)]
 
 
 __all__ = ["M_EXTENTS", "NK_EXTENTS", "b2b_offload", "conv_offload", "coverage_matrix", "gemm_offload"]
