@@ -295,6 +295,11 @@ extern "C" int {entry}(const TvmExtGemmArgs* args, char* err, int err_len) {{
   auto stride_b = cutlass::make_cute_packed_stride(typename Kernel::StrideB{{}}, cute::make_shape(N, K, L));
   auto stride_c = cutlass::make_cute_packed_stride(typename Kernel::StrideC{{}}, cute::make_shape(M, N, L));
   auto stride_d = cutlass::make_cute_packed_stride(typename Kernel::StrideD{{}}, cute::make_shape(M, N, L));
+  // the batch mode is the glue's (a B shared by every batch has stride 0), not the packed one
+  cute::get<2>(stride_a) = args->batch_stride_a;
+  cute::get<2>(stride_b) = args->batch_stride_b;
+  cute::get<2>(stride_c) = args->batch_stride_c;
+  cute::get<2>(stride_d) = args->batch_stride_d;
   typename Op::Arguments arguments{{
       cutlass::gemm::GemmUniversalMode::kGemm, {{M, N, K, L}},
       {{static_cast<const ElementA*>(args->a), stride_a, static_cast<const ElementB*>(args->b), stride_b}},
