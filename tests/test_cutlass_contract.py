@@ -86,6 +86,20 @@ def test_row_major_b_and_split_k_are_right(right):
     assert right["matmul_row_b"].ok and right["split_k"].ok, (right["matmul_row_b"].line(), right["split_k"].line())
 
 
+CFG_3X = KernelConfig("3x", (64, 128, 64), (1, 1, 1), (64, 128, 16), 0, cluster=(1, 1, 1), schedule="pingpong")
+
+
+@pytest.mark.slow
+def test_cutlass3_reads_a_b_shared_by_every_batch_once():
+    """A [4, M, K] @ B [K, N] on sm_90a: the 3.x launcher took a packed batch stride for B, so
+    batches 1-3 read B up to element 65,535 of its 16,384 (found by the coverage matrix)."""
+    call = gemm_call("shared_b_m128", 128, 256, 64, batch=4, layout_b="row")
+    call = ContractCall(call.offload, kernel_for(call.offload, CFG_3X, "sm_90a"))
+    (result,) = check_calls([call])
+    assert result.family == "gemm_3x"
+    assert result.ok, result.line()
+
+
 def edited(call: ContractCall, tag: str, old: str, new: str) -> ContractCall:
     """``call`` with its launcher's text ``old`` replaced by ``new`` (a new entry point, so the
     faulty instance and its right twin can share one contract program)."""
@@ -203,6 +217,26 @@ def test_verdict_compares_emulated_outputs_with_the_reference():
     stray = [["p1", 0, 0.0]]
     assert "written into the input p1" in verdict(call, _raw([], stray)).line()
     assert np.isfinite(ref).all()
+
+
+def test_a_fused_cast_is_compared_at_the_precision_relax_rounds_the_epilogue_in():
+    """sigmoid then cast to fp32: Relax rounds the sigmoid to fp16, the kernel keeps fp32, so the
+    fp16 tolerance applies (the coverage matrix refused right sigmoid/silu + cast calls)."""
+    import numpy as np
+
+    from tvm_ext.cutlass.contract_cases import gemm_offload
+    from tvm_ext.cutlass.contract_data import filled, reference_at
+    from tvm_ext.cutlass.epilogue import all_epilogues
+
+    ep = next(e for e in all_epilogues() if e.suffix == "_sigmoid_cast")
+    off = gemm_offload("v", 2, 4, 8, ep)
+    call = ContractCall(off, kernel_for(off, CFG, ARCH))
+    tensors = {"a": filled((1, 2, 8), 1), "b": filled((4, 8), 2)}
+    ref = reference_at(off, tensors, np.arange(8))
+    near = [["out", i, float(ref[i]) * (1 + 4e-4)] for i in range(8)]
+    assert verdict(call, _raw([], near)).ok, verdict(call, _raw([], near)).line()
+    far = [["out", i, float(ref[i]) * 1.05] for i in range(8)]
+    assert "differ from the Relax reference" in verdict(call, _raw([], far)).line()
 
 
 def _dense_k100():

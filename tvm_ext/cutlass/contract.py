@@ -16,7 +16,8 @@ do with ``can_implement`` and a host reference (:mod:`.contract_program` builds 
 3. :func:`verdict` compares each range with the tensor the pointer lies in, requires every write
    to land in the output, and compares each emulated output with the Relax reference of the
    element at the address written (:mod:`.contract_data`; tolerance:
-   :func:`~tvm_ext.testing.tolerance.tolerance_for` of the output dtype).
+   :func:`~tvm_ext.testing.tolerance.tolerance_for` of the narrower of the epilogue's and the
+   output's dtype: Relax rounds an activation before a fused cast, the kernel does not).
 
 A finding is a sentence naming the operand and the element. Results are cached per call (the
 instance's source, the glue function and the headers), so a model's check costs seconds once
@@ -41,6 +42,7 @@ from pathlib import Path
 from typing import Sequence
 
 import numpy as np
+import tvm
 
 from ..testing.tolerance import scaled_atol, tolerance_for
 from .contract_data import filled, reference_at
@@ -53,7 +55,7 @@ from .wrapper import emit_glue_function
 
 _LOG = logging.getLogger(__name__)
 #: Bump when the verdict's rules change: cached results are then re-derived.
-VERDICT_VERSION = "1"
+VERDICT_VERSION = "2"
 #: Configurations :func:`first_accepted` tries per offload before it gives up on CUTLASS for it.
 MAX_TRIES = 4
 #: CUDA's grid limits (y and z; x is 2^31 - 1).
@@ -162,7 +164,7 @@ def _sample_findings(call: ContractCall, samples: list) -> list[str]:
     index = np.array([s[1] for s in inside], dtype=np.int64)
     got = np.array([np.nan if s[2] is None else s[2] for s in inside], dtype=np.float64)
     ref = reference_at(call.offload, tensors, index)
-    rtol, atol = tolerance_for(call.offload.workload.final_dtype)
+    rtol, atol = tolerance_for(_compared_dtype(call.offload.workload))
     atol = scaled_atol(atol, float(np.sqrt(np.mean(ref**2))) if ref.size else 0.0)
     bad = ~(np.abs(got - ref) <= atol + rtol * np.abs(ref))
     if bad.any():
@@ -170,6 +172,14 @@ def _sample_findings(call: ContractCall, samples: list) -> list[str]:
         findings.append(f"{int(bad.sum())} of {len(inside)} emulated outputs differ from the Relax reference "
                         f"(out[{index[i]}] = {got[i]:g}, reference {ref[i]:g})")
     return findings
+
+
+def _compared_dtype(wl) -> str:
+    """The dtype whose tolerance applies: with a fused cast (fp16 -> fp32) the Relax reference
+    rounds the epilogue in ``out_dtype`` and the kernel keeps fp32, so the narrower one."""
+    final = wl.final_dtype
+    out = getattr(wl, "out_dtype", final)
+    return out if tvm.DataType(out).bits < tvm.DataType(final).bits else final
 
 
 def verdict(call: ContractCall, raw: dict) -> ContractResult:
