@@ -14,10 +14,10 @@ import json
 
 import pytest
 
-from tvm_ext.cutlass import Epilogue, GemmWorkload, KernelConfig
+from tvm_ext.cutlass import Epilogue, KernelConfig
 from tvm_ext.cutlass.contract import ContractCall, check_calls, verdict
+from tvm_ext.cutlass.contract_cases import gemm_offload
 from tvm_ext.cutlass.instance import kernel_for
-from tvm_ext.cutlass.workload import Offload
 from tvm_ext.cutlass.wrapper import emit_glue
 
 ARCH = "sm_80"
@@ -26,17 +26,8 @@ CFG = KernelConfig("2x", (128, 128, 32), (2, 2, 1), (16, 8, 16), 3)
 
 def gemm_call(name: str, m: int, n: int, k: int, ep: Epilogue = Epilogue(), *, batch: int = 1,
               b_batched: bool = False, layout_b: str = "col", cfg: KernelConfig = CFG) -> ContractCall:
-    """A call as the partitioner makes it: A [batch, M, K], B [N, K] (dense) or [(batch,) K, N]."""
-    op = "batch_matmul" if b_batched else ("dense" if layout_b == "col" else "matmul")
-    wl = GemmWorkload(op, batch, m, n, k, "float16", "float16", "float16", layout_b, ep, b_batched=b_batched)
-    roles, shapes = ["a", "b"], [(batch, m, k), (n, k) if layout_b == "col" else ((batch, k, n) if b_batched else (k, n))]
-    if ep.has_bias:
-        roles.append("bias")
-        shapes.append((n,))
-    if ep.has_residual:
-        roles.append("residual")
-        shapes.append((batch, m, n))
-    off = Offload(name, f"tvm_ext_cutlass.{op}{ep.suffix}", wl, tuple(roles), tuple(shapes), (batch, m, n))
+    """A call as the partitioner makes it (:func:`~tvm_ext.cutlass.contract_cases.gemm_offload`) with ``cfg``."""
+    off = gemm_offload(name, m, n, k, ep, batch=batch, b_batched=b_batched, layout_b=layout_b)
     return ContractCall(off, kernel_for(off, cfg, ARCH))
 
 
@@ -224,7 +215,6 @@ def test_a_fused_cast_is_compared_at_the_precision_relax_rounds_the_epilogue_in(
     fp16 tolerance applies (the coverage matrix refused right sigmoid/silu + cast calls)."""
     import numpy as np
 
-    from tvm_ext.cutlass.contract_cases import gemm_offload
     from tvm_ext.cutlass.contract_data import filled, reference_at
     from tvm_ext.cutlass.epilogue import all_epilogues
 
