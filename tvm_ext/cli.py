@@ -228,6 +228,23 @@ def _check_library_calls(model: Path, args: argparse.Namespace) -> bool:
     return not bad
 
 
+def _cmd_verify(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from .checks.model import verify
+
+    model = _model_path(args.model)
+    with tqdm(total=1, desc="build", file=sys.stderr, disable=True if args.quiet else None, leave=False,
+              bar_format="{desc} [{n_fmt}/{total_fmt}] {elapsed}") as bar:
+        def progress(stage: str, done: int, total: int) -> None:
+            bar.total, bar.n = total, done
+            bar.set_description_str(stage)
+
+        report = verify(model, args.target, args.preset, **_model_kwargs(args), progress=progress)
+    print(json.dumps(report.to_json(), indent=2) if args.json else report.to_table())
+    return 0 if report.ok else EXIT_MISMATCH
+
+
 def _cmd_measure(args: argparse.Namespace) -> int:
     from .driver.measure import measure_model, parse_rpc
     from .inspect.render import text_table
@@ -358,6 +375,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also check every CUTLASS call the preset makes for this GPU target on the host: the "
                         "kernel's can_implement, every operand's element range, emulated outputs (no GPU)")
     p.set_defaults(func=_cmd_check)
+
+    p = sub.add_parser("verify", help="check every kernel the GPU would run, on the CPU: lowered device code "
+                                      "emulated (races, barriers, shuffles, poisoned memory, outputs), CUTLASS "
+                                      "calls against their contract")
+    _add_model_options(p)
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.set_defaults(func=_cmd_verify)
 
     p = sub.add_parser("measure", help="time the planned kernels (local GPU or RPC tracker) into a database")
     _add_model_options(p)

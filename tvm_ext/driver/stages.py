@@ -220,7 +220,7 @@ class StagedBuild:
     graph: tvm.IRModule
     scheduled: tvm.IRModule
     lowered: tvm.IRModule
-    executable: tvm.runtime.Executable
+    executable: tvm.runtime.Executable | None
     stage_seconds: dict[str, float] = field(default_factory=dict)
 
     @property
@@ -257,7 +257,7 @@ def cuda_graph_context(enabled: bool) -> Iterator[None]:
 
 
 def build(mod: tvm.IRModule, target: tvm.target.Target, preset: str | Preset = "baseline", *,
-          cuda_graph: bool = False) -> StagedBuild:
+          cuda_graph: bool = False, link: bool = True) -> StagedBuild:
     """Compile ``mod`` for ``target`` with ``preset``, keeping each stage's module.
 
     Parameters
@@ -271,6 +271,9 @@ def build(mod: tvm.IRModule, target: tvm.target.Target, preset: str | Preset = "
     cuda_graph : bool
         Capture the static parts of ``main`` in CUDA graphs (TVM's ``RewriteCUDAGraph``; CUDA
         targets only).
+    link : bool
+        False: stop after the schedule stage (``lowered`` is the scheduled module, ``executable``
+        None): what checks of the built kernels need.
 
     Raises
     ------
@@ -311,6 +314,9 @@ def build(mod: tvm.IRModule, target: tvm.target.Target, preset: str | Preset = "
                 logger.warning("re-selecting without %d kernel(s) that failed to schedule: %s", len(refused),
                                "; ".join(reason for _, reason in refused.values()))
             excluded.update({key: reason for key, (_, reason) in refused.items()})
+        if not link:
+            return StagedBuild(preset=p, target=target, source=mod, fused_ops=fused_ops, graph=graph,
+                               scheduled=scheduled, lowered=scheduled, executable=None, stage_seconds=seconds)
         start = time.perf_counter()
         lowered = _run(stages.lower, scheduled, f"tvm_ext.{p.name}.lower")
         seconds["lower"] = time.perf_counter() - start

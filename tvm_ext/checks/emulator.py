@@ -1,0 +1,314 @@
+"""Run a lowered CUDA kernel on the CPU with the GPU's semantics, adversarially.
+
+One thread block runs at a time as a vector of its threads (``block.mask`` says which take the
+current branch); warps are the 32-thread segments of that vector, which is what shuffles and
+``__activemask`` see. Blocks run in an adversarial order (reversed by default, or shuffled), so a
+block that reads what a lower-numbered block writes, without a grid barrier between, reads
+poison. A kernel with grid barriers keeps every block alive: each runs to its next grid barrier,
+then the next block, then all go on. Between two barriers every shared and global access is
+logged; at the barrier the interval's races are reported (:func:`tvm_ext.checks.memory.races`),
+per block for threads and per grid interval for blocks. Shuffles check that every lane their
+mask names takes part and that the lane read from does.
+
+Large grids without grid barriers are sampled (``max_blocks``: first, last and evenly spread
+blocks); the report says how many blocks ran.
+
+Example
+-------
+>>> result = emulate_launch(launch, storages, order="reversed")
+>>> result.findings
+[]
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import tvm_ffi
+from tvm import tirx
+
+from .memory import Finding, Race, Record, Storage, races, summarise
+from .tir_expr import is_sync
+from .tir_stmt import BufferView, compile_kernel, thread_extents
+from .values import bits
+
+WARP = 32
+_AXES = ("x", "y", "z")
+
+
+class DeviceMemory:
+    """Loads and stores through buffer views, with bounds, init and access-log bookkeeping."""
+
+    def load(self, view: BufferView, index, b: BlockRun, stmt: int, lanes: int = 1):
+        flat, rows = self._address(view, index, b, stmt, lanes)
+        out = np.zeros((b.threads,) if lanes == 1 else (b.threads, lanes), dtype=view.dtype)
+        if flat is None:
+            return out
+        st = view.storage
+        values = st.view(view.dtype)[flat]
+        out[rows] = values
+        if st.init is not None:
+            starts = flat * view.dtype.itemsize
+            if not st.init[starts].all():
+                bad = int(starts[~st.init[starts]].ravel()[0]) // view.dtype.itemsize
+                b.report(Finding("uninitialised", f"'{st.name}[{bad}]' is read before anything writes it: "
+                                                  f"{b.launch.text(stmt)}"), key=("init", st.name, stmt))
+        if st.logged:
+            b.log_access(st, flat, rows, False, bits(values), None, stmt, view.dtype.itemsize)
+        return out
+
+    def store(self, view: BufferView, index, value, b: BlockRun, stmt: int, lanes: int = 1) -> None:
+        flat, rows = self._address(view, index, b, stmt, lanes)
+        if flat is None:
+            return
+        shape = (b.threads,) if lanes == 1 else (b.threads, lanes)
+        values = np.broadcast_to(np.asarray(value).astype(view.dtype, copy=False), shape)[rows]
+        st = view.storage
+        data = st.view(view.dtype)
+        old = data[flat].copy() if st.logged else None
+        data[flat] = values
+        if st.init is not None:
+            starts = (flat * view.dtype.itemsize).ravel()
+            for k in range(view.dtype.itemsize):
+                st.init[starts + k] = True
+        if st.logged:
+            b.log_access(st, flat, rows, True, bits(values), bits(old), stmt, view.dtype.itemsize)
+
+    @staticmethod
+    def _address(view: BufferView, index, b: BlockRun, stmt: int, lanes: int):
+        shape = (b.threads,) if lanes == 1 else (b.threads, lanes)
+        rows = np.flatnonzero(b.mask)
+        if not rows.size:
+            return None, rows
+        idx = np.broadcast_to(np.asarray(index, dtype=np.int64), shape)[rows]
+        outside = (idx < 0) | (idx >= view.size)
+        if outside.any():
+            bad = int(idx[outside].ravel()[0])
+            b.report(Finding("out_of_bounds", f"'{view.name}[{bad}]' is outside its {view.size} elements: "
+                                              f"{b.launch.text(stmt)}"), key=("oob", view.name, stmt))
+            keep = ~outside if lanes == 1 else ~outside.any(axis=1)
+            rows, idx = rows[keep], idx[keep]
+            if not rows.size:
+                return None, rows
+        flat = view.offset + idx
+        st = view.storage
+        if st.lanes > 1:        # registers: one copy per thread
+            per = st.nbytes // view.dtype.itemsize
+            flat = flat + (rows * per if lanes == 1 else (rows * per)[:, None])
+        return flat, rows
+
+
+class WarpOps:
+    """``__activemask`` and ``__shfl*_sync`` over the warps of a block vector."""
+
+    @staticmethod
+    def _active_bits(b: BlockRun) -> np.ndarray:
+        lane = b.tid % WARP
+        contrib = np.where(b.mask, np.left_shift(np.uint64(1), lane.astype(np.uint64)), np.uint64(0))
+        return np.add.reduceat(contrib, np.arange(0, b.threads, WARP))
+
+    def activemask(self, b: BlockRun) -> np.ndarray:
+        return self._active_bits(b)[b.tid // WARP].astype(np.uint32)
+
+    def shuffle(self, b: BlockRun, mode: str, mask, value, arg, width, stmt: int):
+        lane, warp = b.tid % WARP, b.tid // WARP
+        width = int(width)
+        arg = np.broadcast_to(np.asarray(arg, dtype=np.int64), lane.shape)
+        if mode == "idx":
+            src = (lane - lane % width) + arg % width
+        elif mode == "down":
+            src = np.where(lane % width + arg < width, lane + arg, lane)
+        else:
+            src = np.where(lane % width >= arg, lane - arg, lane)
+        active = self._active_bits(b)[warp]
+        named = np.broadcast_to(np.asarray(mask, dtype=np.uint64), lane.shape)
+        src_bit = np.left_shift(np.uint64(1), src.astype(np.uint64))
+        rows = b.mask
+        outside = rows & ((named & ~active) != 0)
+        absent = rows & (src != lane) & (((active & src_bit) == 0) | ((named & src_bit) == 0))
+        if outside.any() or absent.any():
+            t = int(np.flatnonzero(outside | absent)[0])
+            b.report(Finding("shuffle", f"thread {t}'s shuffle {'names lanes that do not execute it' if outside[t] else f'reads lane {int(src[t])}, which does not take part'}: "
+                                        f"{b.launch.text(stmt)}"), key=("shfl", stmt))
+        src_tid = np.clip(warp * WARP + src, 0, b.threads - 1)
+        values = np.asarray(value)
+        if values.ndim == 0:
+            return values
+        return values[src_tid]
+
+
+@dataclass
+class LaunchResult:
+    """What one emulated launch found."""
+
+    blocks: int
+    blocks_run: int
+    findings: list[Finding] = field(default_factory=list)
+    races: list[Race] = field(default_factory=list)
+
+
+class Launch_:
+    """State of one launch shared by its blocks: statement texts, findings, inter-block summaries."""
+
+    def __init__(self, texts: list[str]) -> None:
+        self.texts, self.findings, self.races = texts, [], []
+        self.seen: set = set()
+        self.seq = 0
+        self.summaries: dict = {}
+
+    def text(self, stmt: int) -> str:
+        return self.texts[stmt] if 0 <= stmt < len(self.texts) else "?"
+
+    def report(self, finding: Finding, key=None) -> None:
+        key = key or (finding.kind, finding.message)
+        if key not in self.seen:
+            self.seen.add(key)
+            self.findings.append(finding)
+
+    def add_races(self, found: list[Race], between: str) -> None:
+        for race in found:
+            key = ("race", race.storage, race.write_stmt, race.other_stmt)
+            if key in self.seen:
+                continue
+            self.races.append(race)
+            self.report(Finding("race", f"{between} {race.actors[0]} and {race.actors[1]} both access "
+                                        f"'{race.storage}[{race.element}]' between two barriers: "
+                                        f"{self.text(race.write_stmt)}  /  {self.text(race.other_stmt)}"), key=key)
+
+    def end_grid_interval(self) -> None:
+        for storage, records in self.summaries.items():
+            self.add_races(races(storage, records), "blocks")
+        self.summaries.clear()
+
+
+class BlockRun:
+    """One thread block in flight: its environment, mask, shared memory, registers and log."""
+
+    def __init__(self, launch: Launch_, nslots: int, block: int, grid: tuple, dims: tuple) -> None:
+        self.launch, self.block = launch, block
+        self.env: list = [None] * nslots
+        self.threads = int(np.prod(dims))
+        self.tid = np.arange(self.threads)
+        self.mask = np.ones(self.threads, dtype=bool)
+        bx, by, _ = dims
+        self._index = {"threadIdx.x": self.tid % bx, "threadIdx.y": (self.tid // bx) % by,
+                       "threadIdx.z": self.tid // (bx * by)}
+        gx, gy, _ = grid
+        self._index.update({"blockIdx.x": block % gx, "blockIdx.y": (block // gx) % gy, "blockIdx.z": block // (gx * gy)})
+        self.shared: dict = {}
+        self.local: dict = {}
+        self.log: dict[Storage, list[Record]] = {}
+
+    def index_of(self, tag: str):
+        return self._index[tag]
+
+    def report(self, finding: Finding, key=None) -> None:
+        self.launch.report(finding, key)
+
+    def arrive(self, kind: str, stmt: int) -> None:
+        if kind in ("block", "grid") and not self.mask.all():
+            self.report(Finding("barrier", f"block {self.block}: a {'grid' if kind == 'grid' else '__syncthreads'} "
+                                           f"barrier reached by {int(self.mask.sum())} of {self.threads} threads: "
+                                           f"{self.launch.text(stmt)}"), key=("barrier", stmt))
+
+    def log_access(self, st: Storage, flat, rows, write: bool, values, old, stmt: int, itemsize: int) -> None:
+        lanes = flat.shape[1] if flat.ndim == 2 else 1
+        actor = np.repeat(rows, lanes) if lanes > 1 else rows
+        self.launch.seq += 1
+        self.log.setdefault(st, []).append(Record((flat * itemsize).ravel(), actor, write, values.ravel(),
+                                                  values.ravel() if old is None else old.ravel(), self.launch.seq, stmt))
+
+    def end_interval(self) -> None:
+        """A barrier: races among this block's threads, global accesses summarised for blocks."""
+        for st, records in self.log.items():
+            self.launch.add_races(races(st, records), "threads")
+            if st.scope == "global":
+                summary = summarise(records, self.block)
+                if summary is not None:
+                    self.launch.summaries.setdefault(st, []).append(summary)
+        self.log.clear()
+
+
+def block_order(count: int, order: str, max_blocks: int | None, seed: int = 0) -> list[int]:
+    """Which blocks run, in which order: ``reversed``, ``shuffled`` or ``forward``; at most
+    ``max_blocks`` of them (first, last, evenly spread between)."""
+    ids = np.arange(count)
+    if max_blocks is not None and count > max_blocks:
+        ids = np.unique(np.linspace(0, count - 1, max_blocks).round().astype(int))
+    if order == "reversed":
+        return [int(i) for i in ids[::-1]]
+    if order == "shuffled":
+        return [int(i) for i in np.random.default_rng(seed).permutation(ids)]
+    return [int(i) for i in ids]
+
+
+def _dims(extents: dict[str, int], prefix: str) -> tuple[int, int, int]:
+    return tuple(int(extents.get(f"{prefix}.{a}", 1)) for a in _AXES)
+
+
+def emulate_launch(func, storages: list[Storage], *, order: str = "reversed", max_blocks: int | None = 64,
+                   seed: int = 0) -> LaunchResult:
+    """Run device kernel ``func`` (lowered TIR) once; ``storages`` are its pointer arguments in order.
+
+    A kernel with a grid barrier runs every block (a sample would leave the barrier waiting).
+
+    Raises
+    ------
+    Unemulated
+        The kernel uses an intrinsic, a storage scope or a construct the emulator does not model.
+    """
+    run, is_gen, compiler = compile_kernel(func, DeviceMemory(), WarpOps())
+    extents = thread_extents(func)
+    grid, dims = _dims(extents, "blockIdx"), _dims(extents, "threadIdx")
+    total = int(np.prod(grid))
+    launch = Launch_(compiler.texts)
+    cooperative = is_gen and any(kind == "grid" for kind in _sync_kinds(func))
+    ids = block_order(total, order, None if cooperative else max_blocks, seed)
+    params = [compiler.slot(p) for p in func.params]
+
+    def start(block: int):
+        b = BlockRun(launch, len(compiler.slots), block, grid, dims)
+        for slot, st in zip(params, storages):
+            b.env[slot] = (st, 0)
+        return b, (run(b) if is_gen else _plain(run, b))
+
+    alive = [start(i) for i in ids] if cooperative else None
+    if not cooperative:
+        for i in ids:
+            _to_grid_barrier(*start(i))
+        launch.end_grid_interval()
+    else:
+        while alive:
+            parked = [(b, g) for b, g in alive if _to_grid_barrier(b, g)]
+            if parked and len(parked) != len(alive):
+                launch.report(Finding("grid_barrier", f"{len(parked)} of {len(alive)} blocks wait at a grid barrier "
+                                                      "the others never reach (a deadlock on the GPU)"))
+            launch.end_grid_interval()
+            alive = parked if len(parked) == len(alive) else []
+    return LaunchResult(total, len(ids), launch.findings, launch.races)
+
+
+def _plain(run, b):
+    run(b)
+    return iter(())
+
+
+def _to_grid_barrier(b: BlockRun, gen) -> bool:
+    """Run block ``b`` to its next grid barrier (True) or to its end (False)."""
+    for kind, _ in gen:
+        if kind == "block":
+            b.end_interval()
+        elif kind == "grid":
+            b.end_interval()
+            return True
+    b.end_interval()
+    return False
+
+
+def _sync_kinds(func) -> set[str]:
+    kinds: set[str] = set()
+    tvm_ffi.structural_walk(func.body, (tirx.Evaluate, lambda s: kinds.add(is_sync(s) or "")))
+    return kinds
+
+
+__all__ = ["DeviceMemory", "LaunchResult", "WarpOps", "block_order", "emulate_launch"]

@@ -1,0 +1,157 @@
+"""Check one scheduled PrimFunc by running what the GPU runs: its lowered device kernels, emulated.
+
+Inputs are random (as the thread-serialized check draws them); outputs and workspaces start
+poisoned; the kernels run in launch order under :func:`~tvm_ext.checks.emulator.emulate_launch`
+(adversarial block order, races, uninitialised reads, shuffles, barriers); then every output
+element the emulated blocks wrote is compared with the unscheduled function run on the CPU. With
+every block run, an output element never written is a finding too.
+
+Example
+-------
+>>> verdict = emulate_function(fused["softmax"], scheduled["softmax"], target)
+>>> verdict.ok, verdict.findings
+(True, [])
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import tvm
+from tvm import tirx
+
+from ..testing.compare import compare_outputs
+from ..testing.thread_serial import _run, _setup
+from .emulator import emulate_launch
+from .lowered import lower_device
+from .memory import Finding, Storage
+from .values import element_dtype
+
+
+@dataclass
+class EmulationVerdict:
+    """What the emulation of one function found.
+
+    Attributes
+    ----------
+    kernels : int
+        Device kernels launched.
+    blocks, blocks_run : int
+        Thread blocks of all launches, and how many were emulated (large grids are sampled).
+    findings : list of Finding
+        Races, uninitialised reads, out-of-bounds accesses, barrier and shuffle misuse, wrong outputs.
+    max_abs_err : float
+        Largest difference from the unscheduled function over the compared elements.
+    compared : int
+        Output elements compared.
+    """
+
+    kernels: int = 0
+    blocks: int = 0
+    blocks_run: int = 0
+    findings: list[Finding] = field(default_factory=list)
+    max_abs_err: float = 0.0
+    compared: int = 0
+
+    @property
+    def ok(self) -> bool:
+        """No finding."""
+        return not self.findings
+
+
+def _storage(param, value: np.ndarray | None) -> Storage:
+    dt = element_dtype(param.ty.dtype)
+    size = int(np.prod([int(d) for d in param.ty.shape])) if len(param.ty.shape) else 1
+    st = Storage(param.name, size * dt.itemsize, "global", initialised=value is not None, itemsize=dt.itemsize)
+    if value is not None:
+        st.data[:value.nbytes] = np.ascontiguousarray(value).reshape(-1).view(np.uint8)
+    return st
+
+
+def emulate_function(reference: tirx.PrimFunc, scheduled: tirx.PrimFunc, target: tvm.target.Target, *,
+                     name: str = "kernel", inputs: int | None = None, seed: int = 0, order: str = "reversed",
+                     max_blocks: int | None = 64) -> EmulationVerdict:
+    """Emulate ``scheduled``'s device kernels for ``target`` and compare with ``reference``.
+
+    Parameters
+    ----------
+    reference, scheduled : PrimFunc
+        The unscheduled and the scheduled function (``scheduled`` may have extra trailing
+        workspace parameters).
+    inputs : int, optional
+        How many leading parameters are inputs; default all but the reference's last.
+    order : str
+        Block order: ``"reversed"`` (default), ``"shuffled"`` or ``"forward"``.
+    max_blocks : int, optional
+        Emulate at most this many blocks of a launch without grid barriers.
+
+    Raises
+    ------
+    Unemulated
+        A kernel uses something the emulator does not model.
+    """
+    n_in, args, outs, _, rtol, atol = _setup(reference, scheduled, inputs, seed, None, None)
+    n_ref = len(reference.params)
+    expected = _run(reference, args + [o.copy() for o in outs]).values[n_in:]
+    storages = {p.name: _storage(p, args[i] if i < n_in else None) for i, p in enumerate(scheduled.params)}
+    verdict = EmulationVerdict()
+    for launch in lower_device(scheduled, name, target):
+        result = emulate_launch(launch.func, [storages[a] if isinstance(a, str) else a for a in launch.args],
+                                order=order, max_blocks=max_blocks, seed=seed)
+        verdict.kernels += 1
+        verdict.blocks += result.blocks
+        verdict.blocks_run += result.blocks_run
+        verdict.findings.extend(result.findings)
+    sampled = verdict.blocks_run < verdict.blocks
+    got, want = [], []
+    for p, ref in zip(list(scheduled.params)[n_in:n_ref], expected):
+        st = storages[p.name]
+        dt = element_dtype(p.ty.dtype)
+        values = st.view(dt)[:ref.size]
+        written = st.init[::dt.itemsize][:ref.size]
+        if not sampled and not written.all():
+            verdict.findings.append(Finding("mismatch", f"{int((~written).sum())} of {ref.size} elements of "
+                                                        f"output '{p.name}' are never written"))
+        got.append(values[written])
+        want.append(ref.reshape(-1)[written])
+    errors = compare_outputs(got, want, rtol=rtol, atol=atol)
+    verdict.compared = int(sum(g.size for g in got))
+    verdict.max_abs_err = max((e.max_abs_err for e in errors if e.size), default=0.0)
+    for p, e in zip(list(scheduled.params)[n_in:n_ref], errors):
+        if not e.ok:
+            verdict.findings.append(Finding("mismatch", f"output '{p.name}' differs from the unscheduled function "
+                                                        f"(max abs error {e.max_abs_err:.3g})"))
+    return verdict
+
+
+
+
+def run_device_kernel(func: tirx.PrimFunc, args: list, *, poisoned: set[int] = frozenset(), order: str = "reversed",
+                      max_blocks: int | None = None, seed: int = 0):
+    """Emulate one lowered device kernel on numpy arrays (hand-written kernels, tests).
+
+    ``args`` are the kernel's arguments in order: arrays for pointer parameters, ints for scalars;
+    the arrays at the positions in ``poisoned`` (outputs, workspaces) start poisoned and
+    uninitialised, whatever they hold. Returns the :class:`~tvm_ext.checks.emulator.LaunchResult`
+    and every argument's final contents (arrays, in order; scalars as given).
+    """
+    storages = []
+    for i, a in enumerate(args):
+        if isinstance(a, np.ndarray):
+            st = Storage(f"arg{i}", a.nbytes, "global", initialised=i not in poisoned, itemsize=a.dtype.itemsize)
+            if i not in poisoned:
+                st.data[:a.nbytes] = np.ascontiguousarray(a).reshape(-1).view(np.uint8)
+            storages.append(st)
+        else:
+            storages.append(a)
+    names = [p.name for p in func.params]
+    for name, st in zip(names, storages):
+        if isinstance(st, Storage):
+            st.name = name.removesuffix("_ptr")
+    result = emulate_launch(func, storages, order=order, max_blocks=max_blocks, seed=seed)
+    out = [st.view(a.dtype)[:a.size].reshape(a.shape).copy() if isinstance(a, np.ndarray) else a
+           for a, st in zip(args, storages)]
+    return result, out
+
+
+__all__ = ["EmulationVerdict", "emulate_function", "run_device_kernel"]

@@ -1,0 +1,108 @@
+"""What the GPU runs for one scheduled PrimFunc: the device kernels TVM's lowering leaves, in launch order.
+
+The TIR pipeline ``"tvm_ext"`` (reduction lowering, ``ThreadSync``, storage rewrite, grid
+barriers, launch parameters) runs without code generation; the host function says which device
+kernels it launches, in which order, with which buffers.
+
+Example
+-------
+>>> lowered = lower_device(scheduled, "fused_softmax", tvm.target.Target("tvm_ext/h100"))
+>>> [(l.kernel, l.args) for l in lowered]
+[('fused_softmax_kernel', ('T_softmax_norm', 'x'))]
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import tvm
+import tvm_ffi
+from tvm import tirx
+
+from ..tir import PIPELINE_NAME, is_device_kernel
+from .tir_expr import Unemulated
+
+
+@dataclass(frozen=True)
+class DeviceLaunch:
+    """One kernel launch of a host function: the device kernel and, per parameter, the name of
+    the PrimFunc parameter it receives (or an ``int`` for a scalar argument)."""
+
+    kernel: str
+    func: tirx.PrimFunc
+    args: tuple
+
+
+def lowered_module(mod: tvm.IRModule, target: tvm.target.Target) -> tvm.IRModule:
+    """``mod`` after the ``"tvm_ext"`` TIR pipeline: host functions and device kernels, no codegen."""
+    bound = tirx.transform.BindTarget(target.with_host(tvm.target.Target("llvm")))(mod)
+    passes, _, _ = tvm.tirx.get_tir_pipeline(PIPELINE_NAME)
+    with target:
+        return passes(bound)
+
+
+def device_kernels(mod: tvm.IRModule, target: tvm.target.Target) -> dict[str, tirx.PrimFunc]:
+    """The device kernels of ``mod`` lowered for ``target``, by name."""
+    return {gv.name_hint: f for gv, f in lowered_module(mod, target).functions_items() if is_device_kernel(f)}
+
+
+def _buffer_name(expr) -> str | None:
+    found: list[str] = []
+
+    def on_call(c) -> None:
+        if isinstance(c.op, tvm.ir.Op) and c.op.name == "tirx.buffer_data" and not found:
+            found.append(c.args[0].name)
+
+    if isinstance(expr, tvm.ir.Var):
+        return expr.name
+    tvm_ffi.structural_walk(expr, (tvm.ir.Call, on_call))
+    return found[0] if found else None
+
+
+def _param_name(name: str, params: set[str]) -> str:
+    while name not in params:
+        stripped = re.sub(r"_\d+$", "", name)
+        if stripped == name:
+            raise Unemulated(f"a kernel argument '{name}' is not a parameter of the function")
+        name = stripped
+    return name
+
+
+def lower_device(func: tirx.PrimFunc, name: str, target: tvm.target.Target) -> list[DeviceLaunch]:
+    """The device launches of ``func`` (scheduled, static shapes) in the order its host code runs them.
+
+    Raises
+    ------
+    Unemulated
+        A launch passes something other than a parameter's data or a constant.
+    """
+    lowered = lowered_module(tvm.IRModule({name: func.with_attr("global_symbol", name)}), target)
+    kernels = {gv.name_hint: f for gv, f in lowered.functions_items() if is_device_kernel(f)}
+    params = {p.name for p in func.params}
+    launches: list[DeviceLaunch] = []
+
+    def on_call(c) -> None:
+        if not (isinstance(c.op, tvm.ir.Op) and c.op.name == "tirx.call_ffi_kernel"):
+            return
+        kernel = str(c.args[0].value)
+        device = kernels[kernel]
+        args = []
+        for param, arg in zip(device.params, list(c.args)[1:]):
+            if str(param.ty).startswith("T.handle") or "handle" in str(param.ty):
+                buffer = _buffer_name(arg)
+                if buffer is None:
+                    raise Unemulated(f"kernel {kernel} receives a pointer that is no parameter's data: {arg}")
+                args.append(_param_name(buffer, params))
+            elif isinstance(arg, tirx.IntImm):
+                args.append(int(arg.value))
+            else:
+                raise Unemulated(f"kernel {kernel} receives a scalar computed at run time: {arg}")
+        launches.append(DeviceLaunch(kernel, device, tuple(args)))
+
+    for gv, f in lowered.functions_items():
+        if not is_device_kernel(f):
+            tvm_ffi.structural_walk(f.body, (tvm.ir.Call, on_call))
+    return launches
+
+
+__all__ = ["DeviceLaunch", "device_kernels", "lower_device", "lowered_module"]
