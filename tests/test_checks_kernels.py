@@ -48,3 +48,20 @@ def test_kernels_that_are_right_pass_the_emulation(make, preset):
         verdict = emulate_function(fused[name], scheduled[name], target, name=name, inputs=call_inputs(fused, name))
         assert verdict.ok, (name, verdict.findings)
         assert verdict.compared > 0 and verdict.blocks_run > 0
+
+
+@pytest.mark.parametrize("module", ["ProjSoftmaxProj", "GemvThenGemm"])
+def test_merged_subprogram_kernels_run_right_as_lowered(module):
+    """The merged kernel's reductions over thread-bound loops reach CUDA as allreduces (a virtual
+    block loop of constant trip count; row-chain results in registers, one row per threadIdx.y)."""
+    import test_subprogram_merge as merge_tests
+
+    from tvm_ext.subprogram.kernel import build, design
+
+    func = merge_tests._fused(getattr(merge_tests, module))
+    made = design(func, merge_tests.DEVICE, merge_tests.H100)
+    merged = build(func, made.plan, merge_tests.H100)
+    verdict = emulate_function(func, merged.func, merge_tests.H100, name="merged")
+    assert verdict.ok, verdict.findings
+    assert verdict.compared == sum(int(__import__("numpy").prod([int(d) for d in p.ty.shape]))
+                                   for p in list(func.params)[-1:])

@@ -64,6 +64,8 @@ class DeviceMemory:
         shape = (b.threads,) if lanes == 1 else (b.threads, lanes)
         values = np.broadcast_to(np.asarray(value).astype(view.dtype, copy=False), shape)[rows]
         st = view.storage
+        if not st.logged and st.scope == "global":
+            st.logged = True        # an input written: its accesses count from now on
         data = st.view(view.dtype)
         old = data[flat].copy() if st.logged else None
         data[flat] = values
@@ -76,7 +78,10 @@ class DeviceMemory:
 
     @staticmethod
     def _address(view: BufferView, index, b: BlockRun, stmt: int, lanes: int):
-        shape = (b.threads,) if lanes == 1 else (b.threads, lanes)
+        """Scalar element indices ``(rows, lanes)`` (or ``(rows,)``) of the active threads' access
+        and those threads; out-of-bounds lanes are reported and left out."""
+        per_index = max(lanes // view.lanes, 1)        # index lanes: a vector element is one index
+        shape = (b.threads,) if per_index == 1 else (b.threads, per_index)
         rows = np.flatnonzero(b.mask)
         if not rows.size:
             return None, rows
@@ -86,10 +91,12 @@ class DeviceMemory:
             bad = int(idx[outside].ravel()[0])
             b.report(Finding("out_of_bounds", f"'{view.name}[{bad}]' is outside its {view.size} elements: "
                                               f"{b.launch.text(stmt)}"), key=("oob", view.name, stmt))
-            keep = ~outside if lanes == 1 else ~outside.any(axis=1)
+            keep = ~outside if per_index == 1 else ~outside.any(axis=1)
             rows, idx = rows[keep], idx[keep]
             if not rows.size:
                 return None, rows
+        if view.lanes > 1:      # vector-typed buffer: each element is view.lanes scalars
+            idx = (idx[..., None] * view.lanes + np.arange(view.lanes)).reshape(rows.size, lanes)
         flat = view.offset + idx
         st = view.storage
         if st.lanes > 1:        # registers: one copy per thread

@@ -43,7 +43,8 @@ class Storage:
         self.lanes = lanes
         self.data = np.full(self.nbytes * lanes, POISON, dtype=np.uint8)
         self.init = None if initialised or scope == "local" else np.zeros(self.nbytes, dtype=bool)
-        self.logged = scope != "local"
+        #: Read-only inputs are not logged (no race without a write) until something stores to them.
+        self.logged = scope != "local" and not (initialised and scope == "global")
         self._views: dict = {}
 
     def view(self, dtype: np.dtype) -> np.ndarray:

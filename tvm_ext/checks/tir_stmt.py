@@ -25,12 +25,15 @@ Run = Callable[[Any], Any]
 class BufferView:
     """A typed window on a storage: what a buffer variable is bound to."""
 
-    __slots__ = ("dtype", "name", "offset", "size", "storage")
+    __slots__ = ("dtype", "lanes", "name", "offset", "size", "storage")
 
-    def __init__(self, storage: Storage, dtype: np.dtype, offset: int, size: int, name: str) -> None:
-        self.storage, self.dtype, self.offset, self.size, self.name = storage, dtype, offset, size, name
+    def __init__(self, storage: Storage, dtype: np.dtype, offset: int, size: int, name: str, lanes: int = 1) -> None:
+        #: ``offset`` counts scalars of ``dtype``; ``size`` counts the buffer's elements, each
+        #: ``lanes`` scalars wide (a ``float32x2`` register buffer has lanes 2).
+        self.storage, self.dtype, self.offset, self.size, self.name, self.lanes = storage, dtype, offset, size, name, lanes
 
     def pointer(self) -> tuple[Storage, int]:
+        """(storage, byte offset) of the first element."""
         return self.storage, self.offset * self.dtype.itemsize
 
 
@@ -107,34 +110,35 @@ class StmtCompiler:
 
     def _DeclBuffer(self, s):
         i, data, buf = self.slot(s.buffer), self.expr(s.data), s.buffer
-        dt, size, name = element_dtype(buf.ty.dtype), _size(buf), buf.name
-        elem = int(buf.ty.elem_offset) if buf.ty.elem_offset is not None else 0
+        dt, size, name, lanes = element_dtype(buf.ty.dtype), _size(buf), buf.name, lanes_of(buf.ty.dtype)
+        elem = int(buf.ty.elem_offset) * lanes if buf.ty.elem_offset is not None else 0
 
         def run(b):
             storage, byte_offset = data(b)
-            b.env[i] = BufferView(storage, dt, byte_offset // dt.itemsize + elem, size, name)
+            b.env[i] = BufferView(storage, dt, byte_offset // dt.itemsize + elem, size, name, lanes)
         return run, False
 
     def _AllocBuffer(self, s):
         buf = s.buffer
         scope = str(buf.ty.storage_scope or "global")
         dt, size, name, i = element_dtype(buf.ty.dtype), _size(buf), buf.name, self.slot(buf)
+        lanes = lanes_of(buf.ty.dtype)
         key = self.allocs
         self.allocs += 1
         if scope in ("shared", "shared.dyn"):
             def run(b):
                 store = b.shared.get(key)
                 if store is None:
-                    store = b.shared[key] = Storage(name, size * dt.itemsize, "shared", initialised=False,
+                    store = b.shared[key] = Storage(name, size * lanes * dt.itemsize, "shared", initialised=False,
                                                     itemsize=dt.itemsize)
-                b.env[i] = BufferView(store, dt, 0, size, name)
+                b.env[i] = BufferView(store, dt, 0, size, name, lanes)
         elif scope == "local":
             def run(b):
                 store = b.local.get(key)
                 if store is None:
-                    store = b.local[key] = Storage(name, size * dt.itemsize, "local", initialised=True,
+                    store = b.local[key] = Storage(name, size * lanes * dt.itemsize, "local", initialised=True,
                                                    lanes=b.threads, itemsize=dt.itemsize)
-                b.env[i] = BufferView(store, dt, 0, size, name)
+                b.env[i] = BufferView(store, dt, 0, size, name, lanes)
         else:
             raise Unemulated(f"'{name}' in storage scope {scope} (tensor-core fragments and others) is not emulated")
         return run, False

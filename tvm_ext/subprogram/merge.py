@@ -94,14 +94,22 @@ def _substitute(stmt, mapping: dict):
 def _virtual(kernel: StageKernel, bx: tvm.ir.Var, grid: int) -> tirx.Stmt:
     """``kernel`` run as virtual blocks of a ``grid``-block launch whose block index is ``bx``.
 
-    Block ``bx`` runs the virtual blocks ``bx + k * grid`` below the kernel's own grid: a loop
-    whose extent depends on ``bx`` only (TVM inserts no ``__syncthreads`` under a condition, and
-    a block-uniform trip count keeps them reached by every thread of the block).
+    Block ``bx`` runs the virtual blocks ``bx + k * grid``, ``k < ceil(own / grid)``: a loop of a
+    constant trip count, unconditional, so every thread of the block reaches every barrier and
+    TVM's ``LowerCrossThreadReduction`` still lowers the reductions over thread-bound loops to
+    allreduces (with a trip count computed from ``blockIdx.x`` it leaves them as plain
+    read-modify-writes that every thread runs at once: the H200's wrong MMoE outputs). Where
+    ``own`` is no multiple of ``grid``, the blocks past the end run virtual block
+    ``linear mod own`` again: the same values to the same addresses (a ``min`` clamp would make
+    the block bindings non-affine, and the reduction lowering skips those too).
     """
     own = kernel.grid
     dtype = str(bx.ty.dtype)
     vb = tvm.ir.Var("vb", bx.ty)
+    trips = -(-own // grid)
     linear = vb * tirx.IntImm(dtype, grid) + bx
+    if own % grid:
+        linear = tvm.tirx.floormod(linear, tirx.IntImm(dtype, own))   # quasi-affine, unlike a min
     mapping: dict = {}
     rest = linear
     for loop in reversed(kernel.block_loops):
@@ -111,12 +119,7 @@ def _virtual(kernel: StageKernel, bx: tvm.ir.Var, grid: int) -> tirx.Stmt:
         var = loop.loop_var
         mapping[var] = value if str(var.ty.dtype) == dtype else tirx.Cast(str(var.ty.dtype), value)
     body = _substitute(kernel.body, mapping)
-    # Always a loop with a computed trip count, even where it is constant: TVM 0.27's
-    # LowerThreadAllreduce rejects a row-reduction stage placed straight after a dlight GEMM stage
-    # in one kernel ("load_remap_"), and accepts it inside such a loop (found on ProjSoftmaxProj in
-    # tests/test_subprogram_merge.py; the design's lowering check catches any other such case).
-    trips = tvm.tirx.floordiv(tirx.IntImm(dtype, own + grid - 1) - bx, tirx.IntImm(dtype, grid))
-    return tirx.For(vb, tirx.IntImm(dtype, 0), trips, tirx.ForKind.SERIAL, body)
+    return tirx.For(vb, tirx.IntImm(dtype, 0), tirx.IntImm(dtype, trips), tirx.ForKind.SERIAL, body)
 
 
 def _param_mapping(scheduled: tirx.PrimFunc, unscheduled: tirx.PrimFunc) -> dict:

@@ -15,8 +15,10 @@ then map what remains), with the thread shape given:
 
 A *row chain* -- reductions over rows followed by one spatial block over the same rows (softmax,
 layer norm; dlight's ``GeneralReduction`` pattern) -- is one kernel instead: the rows split
-``[blocks, threadIdx.y]``, the reductions computed at the row loop into shared memory, every
-row's loops split ``[serial, threadIdx.x]``; it needs no grid barrier inside. Any other block
+``[blocks, threadIdx.y]``, the reductions computed at the row loop into registers (each thread
+holds its row's allreduce result; shared memory would make ``compute_at`` relax ``threadIdx.y``
+and compute every row of the block at each ``threadIdx.y``), every row's loops split
+``[serial, threadIdx.x]``; it needs no grid barrier inside. Any other block
 left after inlining is a kernel of its own; the merged kernel runs them as stages.
 
 Example
@@ -160,8 +162,8 @@ def _row_chain(sch: s_tir.Schedule, infos: list, shape: ThreadShape) -> bool:
     _bind_lanes(sch, sch.get_loops(last.block_rv)[depth:], shape, lanes_y)
     for info, kind in zip(reversed(reductions), reversed(kinds)):
         block = info.block_rv
-        for i, _ in enumerate(sch.get(block).writes):
-            sch.set_scope(block, buffer_index=i, storage_scope="shared")
+        for i, _ in enumerate(sch.get(block).writes):   # local: shared would relax threadIdx.y and
+            sch.set_scope(block, buffer_index=i, storage_scope="local")   # compute all rows at every y
         sch.compute_at(block, anchor, preserve_unit_loops=True)
         _bind_lanes(sch, sch.get_loops(block)[-kind.count("R"):], shape, lanes_y)
     return True
