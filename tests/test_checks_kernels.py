@@ -13,7 +13,7 @@ from tvm_ext.driver import preset_passes
 from tvm_ext.testing.thread_serial import call_inputs, compare_scheduled
 
 sys.path.insert(0, str(Path(__file__).parent))
-from test_stitch_kernels import layer_norm_module, softmax_module, squeeze_excite_module  # noqa: E402
+from test_stitch_kernels import layer_norm_module, softmax_module, squeeze_excite_module
 
 FIXTURES = Path(__file__).parent / "fixtures"
 TARGET = "tvm_ext/h100"
@@ -65,3 +65,36 @@ def test_merged_subprogram_kernels_run_right_as_lowered(module):
     assert verdict.ok, verdict.findings
     assert verdict.compared == sum(int(__import__("numpy").prod([int(d) for d in p.ty.shape]))
                                    for p in list(func.params)[-1:])
+
+
+def _squeeze_excite_fp16(channels: int = 672, reduced: int = 28, side: int = 14) -> tvm.IRModule:
+    """EfficientNet-B0's squeeze-excite block in float16: several rows per block in the stitched kernel."""
+    from test_stitch_kernels import _module
+    from tvm import relax
+
+    t = relax.TensorType
+    params = [relax.Var("x", t((1, channels, side, side), "float16")),
+              relax.Var("w1", t((reduced, channels, 1, 1), "float16")), relax.Var("b1", t((1, reduced, 1, 1), "float16")),
+              relax.Var("w2", t((channels, reduced, 1, 1), "float16")), relax.Var("b2", t((1, channels, 1, 1), "float16"))]
+
+    def body(x, w1, b1, w2, b2):
+        h = relax.op.add(relax.op.nn.conv2d(relax.op.mean(x, axis=[2, 3], keepdims=True), w1), b1)
+        h = relax.op.multiply(h, relax.op.sigmoid(h))
+        gate = relax.op.sigmoid(relax.op.add(relax.op.nn.conv2d(h, w2), b2))
+        return relax.op.multiply(x, gate)
+    return _module(params, body)
+
+
+def test_stitched_squeeze_excite_gate_is_read_after_it_is_written():
+    """The gate, one value per row, was written by `threadIdx.x < 1` into shared memory and read by
+    the row's other threads with no __syncthreads between (the H200's inf on EfficientNet-B0)."""
+    target = tvm.target.Target(TARGET)
+    mod = _squeeze_excite_fp16()
+    with target:
+        stages = preset_passes("stitch", target)
+        fused = tvm.transform.Sequential(stages.graph)(mod)
+        scheduled = tvm.transform.Sequential(stages.schedule)(fused)
+    (name,) = [gv.name_hint for gv, f in scheduled.functions_items() if isinstance(f, tvm.tirx.PrimFunc)]
+    assert scheduled[name].attrs["tvm_ext.schedule_rule"].startswith("stitched")
+    verdict = emulate_function(fused[name], scheduled[name], target, name=name, inputs=call_inputs(fused, name))
+    assert verdict.ok, verdict.findings

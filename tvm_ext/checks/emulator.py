@@ -10,7 +10,7 @@ logged; at the barrier the interval's races are reported (:func:`tvm_ext.checks.
 per block for threads and per grid interval for blocks. Shuffles check that every lane their
 mask names takes part and that the lane read from does.
 
-Large grids without grid barriers are sampled (``max_blocks``: first, last and evenly spread
+Large grids without grid barriers are sampled (``max_blocks``, 16 by default: first, last and evenly spread
 blocks); the report says how many blocks ran.
 
 Example
@@ -27,7 +27,7 @@ import numpy as np
 import tvm_ffi
 from tvm import tirx
 
-from .memory import Finding, Race, Record, Storage, races, summarise
+from .memory import POISON, Finding, Race, Record, Storage, races, summarise
 from .tir_expr import is_sync
 from .tir_stmt import BufferView, compile_kernel, thread_extents
 from .values import bits
@@ -81,11 +81,14 @@ class DeviceMemory:
         """Scalar element indices ``(rows, lanes)`` (or ``(rows,)``) of the active threads' access
         and those threads; out-of-bounds lanes are reported and left out."""
         per_index = max(lanes // view.lanes, 1)        # index lanes: a vector element is one index
-        shape = (b.threads,) if per_index == 1 else (b.threads, per_index)
-        rows = np.flatnonzero(b.mask)
+        rows = b.rows()
         if not rows.size:
             return None, rows
-        idx = np.broadcast_to(np.asarray(index, dtype=np.int64), shape)[rows]
+        idx = np.asarray(index, dtype=np.int64)
+        if idx.shape[:1] == (b.threads,):
+            idx = idx[rows]
+        else:   # uniform over the threads
+            idx = np.broadcast_to(idx, (rows.size,) if per_index == 1 else (rows.size, per_index))
         outside = (idx < 0) | (idx >= view.size)
         if outside.any():
             bad = int(idx[outside].ravel()[0])
@@ -118,6 +121,10 @@ class WarpOps:
         return self._active_bits(b)[b.tid // WARP].astype(np.uint32)
 
     def shuffle(self, b: BlockRun, mode: str, mask, value, arg, width, stmt: int):
+        """``__shfl*_sync``: a lane the mask names must execute the shuffle (else a finding, as
+        synccheck reports it); a value read from a lane that does not execute it is undefined on
+        the GPU, so it reads as poison here (TVM's allreduce lowering reads such lanes into results
+        it then discards; a kernel that uses one shows as a wrong output)."""
         lane, warp = b.tid % WARP, b.tid // WARP
         width = int(width)
         arg = np.broadcast_to(np.asarray(arg, dtype=np.int64), lane.shape)
@@ -129,19 +136,27 @@ class WarpOps:
             src = np.where(lane % width >= arg, lane - arg, lane)
         active = self._active_bits(b)[warp]
         named = np.broadcast_to(np.asarray(mask, dtype=np.uint64), lane.shape)
-        src_bit = np.left_shift(np.uint64(1), src.astype(np.uint64))
-        rows = b.mask
-        outside = rows & ((named & ~active) != 0)
-        absent = rows & (src != lane) & (((active & src_bit) == 0) | ((named & src_bit) == 0))
-        if outside.any() or absent.any():
-            t = int(np.flatnonzero(outside | absent)[0])
-            b.report(Finding("shuffle", f"thread {t}'s shuffle {'names lanes that do not execute it' if outside[t] else f'reads lane {int(src[t])}, which does not take part'}: "
+        outside = b.mask & ((named & ~active) != 0)
+        if outside.any():
+            t = int(np.flatnonzero(outside)[0])
+            b.report(Finding("shuffle", f"thread {t}'s shuffle mask names lanes that do not execute it: "
                                         f"{b.launch.text(stmt)}"), key=("shfl", stmt))
-        src_tid = np.clip(warp * WARP + src, 0, b.threads - 1)
+        src_bit = np.left_shift(np.uint64(1), src.astype(np.uint64))
+        absent = ((active & src_bit) == 0) | ((named & src_bit) == 0)
         values = np.asarray(value)
         if values.ndim == 0:
-            return values
-        return values[src_tid]
+            values = np.broadcast_to(values, lane.shape)
+        src_tid = np.clip(warp * WARP + src, 0, b.threads - 1)
+        out = values[src_tid]
+        if absent.any():
+            out = out.copy()
+            out[absent] = _poison(out.dtype)
+        return out
+
+
+def _poison(dtype: np.dtype):
+    """The poison value of ``dtype``: every byte 0xFF (NaN for floats, -1 for signed integers)."""
+    return np.frombuffer(bytes([POISON]) * dtype.itemsize, dtype=dtype)[0]
 
 
 @dataclass
@@ -197,6 +212,7 @@ class BlockRun:
         self.threads = int(np.prod(dims))
         self.tid = np.arange(self.threads)
         self.mask = np.ones(self.threads, dtype=bool)
+        self._rows_of, self._rows = None, np.arange(0)
         bx, by, _ = dims
         self._index = {"threadIdx.x": self.tid % bx, "threadIdx.y": (self.tid // bx) % by,
                        "threadIdx.z": self.tid // (bx * by)}
@@ -205,6 +221,12 @@ class BlockRun:
         self.shared: dict = {}
         self.local: dict = {}
         self.log: dict[Storage, list[Record]] = {}
+
+    def rows(self) -> np.ndarray:
+        """Indices of the active threads (cached per mask)."""
+        if self._rows_of is not self.mask:
+            self._rows_of, self._rows = self.mask, np.flatnonzero(self.mask)
+        return self._rows
 
     def index_of(self, tag: str):
         return self._index[tag]
@@ -253,7 +275,7 @@ def _dims(extents: dict[str, int], prefix: str) -> tuple[int, int, int]:
     return tuple(int(extents.get(f"{prefix}.{a}", 1)) for a in _AXES)
 
 
-def emulate_launch(func, storages: list[Storage], *, order: str = "reversed", max_blocks: int | None = 64,
+def emulate_launch(func, storages: list[Storage], *, order: str = "reversed", max_blocks: int | None = 16,
                    seed: int = 0) -> LaunchResult:
     """Run device kernel ``func`` (lowered TIR) once; ``storages`` are its pointer arguments in order.
 

@@ -3,8 +3,9 @@
 Inputs are random (as the thread-serialized check draws them); outputs and workspaces start
 poisoned; the kernels run in launch order under :func:`~tvm_ext.checks.emulator.emulate_launch`
 (adversarial block order, races, uninitialised reads, shuffles, barriers); then every output
-element the emulated blocks wrote is compared with the unscheduled function run on the CPU. With
-every block run, an output element never written is a finding too.
+element the emulated blocks wrote is compared with the unscheduled function run on the CPU (in
+float32 for a half-precision function: :mod:`~tvm_ext.checks.widen`). With every block run, an
+output element never written is a finding too.
 
 Example
 -------
@@ -26,6 +27,7 @@ from .emulator import emulate_launch
 from .lowered import lower_device
 from .memory import Finding, Storage
 from .values import element_dtype
+from .widen import widened
 
 
 @dataclass
@@ -68,9 +70,21 @@ def _storage(param, value: np.ndarray | None) -> Storage:
     return st
 
 
+def _widen_array(a: np.ndarray) -> np.ndarray:
+    return a.astype(np.float32) if (a.dtype.kind == "f" and a.dtype.itemsize == 2) or a.dtype.name == "bfloat16" else a
+
+
+def _reference_outputs(reference: tirx.PrimFunc, args: list, outs: list, n_in: int) -> list[np.ndarray]:
+    """The unscheduled function's outputs; a half-precision one computed in float32 (the tolerance
+    policy compares half-precision results with a float32 reference)."""
+    if not any(str(p.ty.dtype) in ("float16", "bfloat16") for p in reference.params):
+        return _run(reference, args + [o.copy() for o in outs]).values[n_in:]
+    return _run(widened(reference), [_widen_array(a) for a in args + outs]).values[n_in:]
+
+
 def emulate_function(reference: tirx.PrimFunc, scheduled: tirx.PrimFunc, target: tvm.target.Target, *,
                      name: str = "kernel", inputs: int | None = None, seed: int = 0, order: str = "reversed",
-                     max_blocks: int | None = 64) -> EmulationVerdict:
+                     max_blocks: int | None = 16) -> EmulationVerdict:
     """Emulate ``scheduled``'s device kernels for ``target`` and compare with ``reference``.
 
     Parameters
@@ -92,7 +106,7 @@ def emulate_function(reference: tirx.PrimFunc, scheduled: tirx.PrimFunc, target:
     """
     n_in, args, outs, _, rtol, atol = _setup(reference, scheduled, inputs, seed, None, None)
     n_ref = len(reference.params)
-    expected = _run(reference, args + [o.copy() for o in outs]).values[n_in:]
+    expected = _reference_outputs(reference, args, outs, n_in)
     storages = {p.name: _storage(p, args[i] if i < n_in else None) for i, p in enumerate(scheduled.params)}
     verdict = EmulationVerdict()
     for launch in lower_device(scheduled, name, target):

@@ -80,15 +80,19 @@ class Race:
     actors: tuple[int, int]
 
 
-def _field(records: list[Record], name: str, dtype) -> np.ndarray:
-    return np.concatenate([np.broadcast_to(np.asarray(getattr(r, name), dtype=dtype), r.addr.shape)
-                           for r in records])
+def _field(records: list[Record], name: str, dtype, sizes: list[int]) -> np.ndarray:
+    values = [getattr(r, name) for r in records]
+    if all(np.ndim(v) == 0 for v in values):
+        return np.repeat(np.asarray(values, dtype=dtype), sizes)
+    return np.concatenate([np.full(n, v, dtype=dtype) if np.ndim(v) == 0 else np.asarray(v, dtype=dtype)
+                           for v, n in zip(values, sizes)])
 
 
 def _concat(records: list[Record]):
-    return (_field(records, "addr", np.int64), _field(records, "actor", np.int64), _field(records, "write", bool),
-            _field(records, "value", np.uint64), _field(records, "old", np.uint64), _field(records, "seq", np.int64),
-            _field(records, "stmt", np.int64))
+    sizes = [r.addr.size for r in records]
+    return tuple(_field(records, name, dtype, sizes) for name, dtype in
+                 (("addr", np.int64), ("actor", np.int64), ("write", bool), ("value", np.uint64), ("old", np.uint64),
+                  ("seq", np.int64), ("stmt", np.int64)))
 
 
 def races(storage: Storage, records: list[Record], limit: int = RACES_PER_INTERVAL) -> list[Race]:

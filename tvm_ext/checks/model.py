@@ -1,8 +1,10 @@
 """``tvm_ext.verify`` / ``tvm-ext verify``: check every kernel a build would run on the GPU, on the CPU.
 
 The model is built as ``compile`` builds it (graph and schedule stages, with re-selection), then
-each scheduled PrimFunc is lowered and its device kernels are emulated with CUDA's semantics
-(:mod:`tvm_ext.checks.kernel`), against its unscheduled function; a PrimFunc that was already
+each scheduled PrimFunc is linted (reductions over thread-bound loops lowered to allreduces:
+:mod:`tvm_ext.checks.lints`), lowered, and its device kernels are emulated with CUDA's semantics
+(:mod:`tvm_ext.checks.kernel`) against its unscheduled function; ptxas's report of the compiled
+kernels adds spills and, for kernels with a grid barrier, the co-resident limit; a PrimFunc that was already
 scheduled in the input module (hand-written TIR) is compared with its threads serialized
 instead. Every CUTLASS call goes through the host-side contract check. One line per kernel:
 name, generator, checks run, verdict; a kernel the emulator cannot run is listed unchecked with
@@ -28,11 +30,16 @@ from tvm import relax, tirx
 from ..driver.library_calls import library_calls
 from ..driver.pipeline import load_module
 from ..driver.stages import build
-from ..errors import TVM_ERRORS
+from ..errors import TVM_ERRORS, KernelCompileError
 from ..hardware import resolve_target
 from ..select.attrs import GENERATOR_ATTR, func_attr
 from ..testing.thread_serial import call_inputs, serialize_threads
+from ..tir import PIPELINE_NAME, has_grid_sync
+from ..toolchain import KernelUsage, resource_usage
 from .kernel import emulate_function
+from .lints import unlowered_thread_reductions, usage_findings
+from .lowered import lower_device
+from .memory import Finding
 from .tir_expr import Unemulated
 
 
@@ -58,6 +65,8 @@ class VerifyReport:
     preset: str
     target: str
     lines: list[KernelLine] = field(default_factory=list)
+    #: What the whole report could not check (e.g. no toolkit for ptxas).
+    notes: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -76,11 +85,11 @@ class VerifyReport:
         head = f"{'kernel':<48} {'generator':<10} {'checks':<34} verdict"
         tail = (f"{c['kernels']} kernels ({self.preset}, {self.target}): {c['ok']} ok, {c['findings']} with findings, "
                 f"{c['unchecked']} unchecked")
-        return "\n".join([head] + [line.line() for line in self.lines] + [tail])
+        return "\n".join([head] + [line.line() for line in self.lines] + [tail] + [f"note: {n}" for n in self.notes])
 
     def to_json(self) -> dict[str, Any]:
-        return {"preset": self.preset, "target": self.target, "counts": self.counts(),
-                "kernels": [line.__dict__ for line in self.lines]}
+        return {"preset": self.preset, "target": self.target, "counts": self.counts(), "notes": self.notes,
+                "kernels": [dict(line.__dict__, details=list(line.details)) for line in self.lines]}
 
 
 def _called_prim_funcs(mod: tvm.IRModule) -> list[str]:
@@ -102,19 +111,54 @@ def _was_scheduled(func: tirx.PrimFunc) -> bool:
 
 
 def check_kernel(name: str, reference: tirx.PrimFunc, scheduled: tirx.PrimFunc, target: tvm.target.Target,
-                 inputs: int | None, generator: str) -> KernelLine:
-    """Emulate one scheduled PrimFunc against ``reference`` and say what was found."""
+                 inputs: int | None, generator: str, usage: dict[str, KernelUsage] | None = None) -> KernelLine:
+    """Lint, emulate and (with ``usage``, ptxas's report of the built kernels) resource-check one
+    scheduled PrimFunc against ``reference``, and say what was found."""
+    findings: list[Finding] = []
+    checks = ["allreduce lint"]
+    unlowered = unlowered_thread_reductions(scheduled, target)
+    if unlowered:
+        findings.append(Finding("reduction", f"reductions over thread-bound loops left as plain read-modify-writes "
+                                             f"(not lowered to allreduces): {', '.join(unlowered)}"))
     try:
+        launches = lower_device(scheduled, name, target)
         verdict = emulate_function(reference, scheduled, target, name=name, inputs=inputs)
     except Unemulated as err:
-        return KernelLine(name, generator, "lowered emulation", "unchecked", (str(err),))
+        return _line(name, generator, checks, findings, unchecked=str(err))
     except TVM_ERRORS as err:
         last = (str(err).strip().splitlines() or [type(err).__name__])[-1][:200]
-        return KernelLine(name, generator, "lowered emulation", "unchecked", (f"could not be run: {last}",))
-    checks = f"emulated {verdict.blocks_run}/{verdict.blocks} blocks"
-    if verdict.ok:
-        return KernelLine(name, generator, checks, "ok")
-    return KernelLine(name, generator, checks, "findings", tuple(f"{f.kind}: {f.message}" for f in verdict.findings))
+        return _line(name, generator, checks, findings, unchecked=f"could not be run: {last}")
+    checks.append(f"emulated {verdict.blocks_run}/{verdict.blocks} blocks")
+    findings.extend(verdict.findings)
+    if usage is not None:
+        checks.append("ptxas")
+        for launch in launches:
+            if launch.kernel in usage:
+                findings.extend(usage_findings(launch.func, usage[launch.kernel], target,
+                                               has_grid_sync(launch.func)))
+    return _line(name, generator, checks, findings)
+
+
+def _line(name: str, generator: str, checks: list[str], findings: list[Finding], unchecked: str = "") -> KernelLine:
+    details = tuple(f"{f.kind}: {f.message}" for f in findings)
+    if findings:
+        return KernelLine(name, generator, ", ".join(checks), "findings", details + ((unchecked,) if unchecked else ()))
+    if unchecked:
+        return KernelLine(name, generator, ", ".join(checks), "unchecked", (unchecked,))
+    return KernelLine(name, generator, ", ".join(checks), "ok")
+
+
+def _usage(mod: tvm.IRModule, names: list[str], target: tvm.target.Target) -> tuple[dict | None, str]:
+    """ptxas's report of every kernel of ``names`` (one nvcc run), or None and why not."""
+    funcs = {n: mod[n].with_attr("global_symbol", n) for n in names}
+    try:
+        with target:
+            lib = tvm.tirx.build(tvm.IRModule(funcs), target=target, pipeline=PIPELINE_NAME)
+        return resource_usage(lib.imports[0].inspect_source(), target), ""
+    except KernelCompileError as err:
+        return None, str(err)
+    except TVM_ERRORS as err:
+        return None, (str(err).strip().splitlines() or [type(err).__name__])[-1][:200]
 
 
 def verify(model: tvm.IRModule | str | Path, target: str | tvm.target.Target | None = None, preset: str = "full", *,
@@ -137,8 +181,12 @@ def verify(model: tvm.IRModule | str | Path, target: str | tvm.target.Target | N
     staged = build(mod, tgt, preset, link=False)
     report = VerifyReport(staged.preset.name, str(tgt.attrs.get("model", tgt.kind.name)))
     names = _called_prim_funcs(staged.scheduled)
+    say("ptxas", 0, len(names) + 2)
+    usage, why = _usage(staged.scheduled, names, tgt) if names else ({}, "")
+    if usage is None:
+        report.notes.append(f"ptxas report unavailable, spills and co-residency unchecked: {why}")
     for done, name in enumerate(names):
-        say(f"emulate {name}", done, len(names) + 1)
+        say(f"emulate {name}", done + 1, len(names) + 2)
         func = staged.scheduled[name]
         generator = func_attr(func, GENERATOR_ATTR) or ("hand-written" if name in mod and _was_scheduled(mod[name])
                                                         else "dlight")
@@ -147,8 +195,8 @@ def verify(model: tvm.IRModule | str | Path, target: str | tvm.target.Target | N
             inputs = call_inputs(staged.scheduled, name)
         else:
             reference, inputs = staged.graph[name], call_inputs(staged.graph, name)
-        report.lines.append(check_kernel(name, reference, func, tgt, inputs, generator))
-    say("CUTLASS contracts", len(names), len(names) + 1)
+        report.lines.append(check_kernel(name, reference, func, tgt, inputs, generator, usage))
+    say("CUTLASS contracts", len(names) + 1, len(names) + 2)
     for _, result in library_calls(mod, tgt, staged.preset):
         report.lines.append(KernelLine(result.symbol, "cutlass", "host contract",
                                        "ok" if result.ok else "findings", () if result.ok else (result.line(),)))

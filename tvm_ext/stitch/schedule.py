@@ -6,7 +6,8 @@ inlined, a split reduction already factored):
 * regional ops: ``set_scope`` (a reduction keeps its result in ``local`` scope: TVM's
   cross-thread reduction leaves it in a shared-memory slot every thread of the row reads;
   other ops in ``shared``), then ``compute_at`` into their stage root's row loop, their inner
-  loops split by ``threads_x`` and bound to ``threadIdx.x``;
+  loops split by ``threads_x`` and bound to ``threadIdx.x``; an op of one value per row is
+  inlined into its readers instead (every thread of the row computes it);
 * every stage root: leading row loops fused and split ``[grid, tasks, rows_per_block]``
   (vertical and horizontal packing), the row's inner loops split by ``threads_x``; a flat
   stage splits all its loops ``[grid, tasks, rows_per_block, threads_x]``;
@@ -33,7 +34,6 @@ from ..tir import MIN_BLOCKS_ATTR, insert_grid_sync
 from .locality import row_split
 from .ops import StitchGraph
 from .planner import Stage, StitchPlan
-
 
 
 class StitchScheduleError(TvmExtError):
@@ -85,9 +85,26 @@ def _member_inner(sch, block, n_outer: int, threads_x: int) -> None:
             sch.reorder(*others, *red)  # a cross-thread reduction needs its loops innermost
         _bind_inner(sch, red, threads_x)
         return
+    if all(_extent(sch, lp) == 1 for lp in loops) and _inlined(sch, block):
+        # One value per row (a squeeze-excite gate), inlined into its readers: every thread of
+        # the row computes it. Bound to threadIdx.x it would be written by `threadIdx.x < 1` into
+        # shared memory and read by the row's other threads, and TVM's ThreadSync, seeing the same
+        # `[threadIdx.y]` index on both sides, puts no __syncthreads between them; kept as a
+        # register, the storage rewrite folds it into the allreduce's shared result, which every
+        # thread then updates in place.
+        return
     if not loops:
         loops = [sch.add_unit_loop(block)]
     _bind_inner(sch, loops, threads_x)
+
+
+def _inlined(sch, block) -> bool:
+    """Inline ``block`` into its consumers if TVM can (False: it stays)."""
+    try:
+        sch.compute_inline(block)
+    except TVM_ERRORS:
+        return False
+    return True
 
 
 def _split_rows(sch, row_loop, stage: Stage, grid: int, rows_per_block: int, threads_x: int | None):
