@@ -257,3 +257,21 @@ def test_notebook_cells_run_in_order(capsys):
     assert report._repr_html_().startswith("<div")
     assert namespace["kernel"].lstrip().startswith('extern "C" __global__')
     assert namespace["group"].flops == max(g.flops for g in report.groups)
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
+def test_verify_lists_every_kernel_with_its_checks(capsys, mlp_file):
+    code, out, _ = _run(capsys, "verify", str(mlp_file), "--preset", "stitch")
+    assert code == 0
+    lines = out.strip().splitlines()
+    assert lines[0].split()[:4] == ["kernel", "generator", "checks", "verdict"]
+    assert "allreduce lint, emulated" in out and "ptxas" in out
+    (summary,) = [line for line in lines if "kernels (stitch, h100)" in line]
+    assert "0 with findings, 0 unchecked" in summary
+
+
+def test_verify_json_counts(capsys, mlp_file):
+    code, out, _ = _run(capsys, "verify", str(mlp_file), "--preset", "baseline", "--json")
+    report = json.loads(out)
+    assert code == 0 and report["counts"]["kernels"] == len(report["kernels"]) > 0
+    assert report["counts"]["findings"] == 0

@@ -1,0 +1,67 @@
+"""Static checks of built kernels: unlowered thread reductions, ptxas spills, co-residency."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import tvm
+from tvm.script import tirx as T
+
+from tvm_ext.checks.lints import unlowered_thread_reductions, usage_findings
+from tvm_ext.toolchain import KernelUsage, nvcc_available, resource_usage
+from tvm_ext.toolchain.resource_usage import parse_ptxas
+
+TARGET = tvm.target.Target("tvm_ext/h100")
+FIXTURES = Path(__file__).parent / "fixtures"
+
+PTXAS = """ptxas info    : 0 bytes gmem
+ptxas info    : Compiling entry function 'small_kernel' for 'sm_90'
+ptxas info    : Function properties for small_kernel
+    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+ptxas info    : Used 19 registers, used 1 barriers, 384 bytes smem
+ptxas info    : Compiling entry function 'big_kernel' for 'sm_90'
+ptxas info    : Function properties for big_kernel
+    18432 bytes stack frame, 18400 bytes spill stores, 18400 bytes spill loads
+ptxas info    : Used 255 registers
+"""
+
+
+def test_ptxas_report_is_parsed_per_kernel():
+    usage = parse_ptxas(PTXAS)
+    assert usage["small_kernel"] == KernelUsage(19, 0, 0, 0, 384)
+    assert usage["big_kernel"].spill_bytes == 18400 and usage["big_kernel"].shared_bytes == 0
+
+
+@pytest.mark.skipif(not nvcc_available(), reason="nvcc / CUDA toolkit not found")
+def test_resource_usage_compiles_and_reads_every_kernel():
+    source = ('extern "C" __global__ void __launch_bounds__(64) add_kernel(float* __restrict__ y, float* __restrict__ x)'
+              ' { __shared__ float s[64]; s[threadIdx.x] = x[threadIdx.x]; __syncthreads();'
+              ' y[threadIdx.x] = s[63 - threadIdx.x]; }\n')
+    usage = resource_usage(source, TARGET)
+    assert set(usage) == {"add_kernel"}
+    assert usage["add_kernel"].shared_bytes == 256 and usage["add_kernel"].spill_bytes == 0
+
+
+def test_the_mmoe_kernel_of_6f8d79c_left_its_thread_reductions_unlowered():
+    mod = tvm.script.from_source((FIXTURES / "mmoe_merged_6f8d79c.tvmscript").read_text())
+    assert unlowered_thread_reductions(mod["scheduled"], TARGET) == ["matmul", "matmul1"]
+
+
+@T.prim_func(s_tir=True)
+def _grid_synced(x_ptr: T.handle("float32", "global"), y_ptr: T.handle("float32", "global")):
+    x = T.decl_buffer((1048576,), data=x_ptr)
+    y = T.decl_buffer((1048576,), data=y_ptr)
+    with T.launch_thread("blockIdx.x", 8192) as blockIdx_x:
+        with T.launch_thread("threadIdx.x", 128) as threadIdx_x:  # noqa: SIM117 (TVMScript)
+            x[blockIdx_x * 128 + threadIdx_x] = x[blockIdx_x * 128 + threadIdx_x] * T.float32(2)
+            T.cuda.grid_sync()
+            y[blockIdx_x * 128 + threadIdx_x] = x[(blockIdx_x * 128 + threadIdx_x + 128) % 1048576]
+
+
+def test_spills_and_a_grid_over_the_co_resident_limit_are_findings():
+    quiet = KernelUsage(registers=32, stack_bytes=0, spill_stores=0, spill_loads=0, shared_bytes=0)
+    assert usage_findings(_grid_synced, quiet, TARGET, cooperative=False) == []
+    spilling = KernelUsage(registers=255, stack_bytes=18432, spill_stores=18400, spill_loads=18400, shared_bytes=0)
+    assert [f.kind for f in usage_findings(_grid_synced, spilling, TARGET, cooperative=False)] == ["spill"]
+    (finding,) = usage_findings(_grid_synced, quiet, TARGET, cooperative=True)
+    assert finding.kind == "co_residency" and "8192 blocks" in finding.message
