@@ -65,3 +65,28 @@ def test_spills_and_a_grid_over_the_co_resident_limit_are_findings():
     assert [f.kind for f in usage_findings(_grid_synced, spilling, TARGET, cooperative=False)] == ["spill"]
     (finding,) = usage_findings(_grid_synced, quiet, TARGET, cooperative=True)
     assert finding.kind == "co_residency" and "8192 blocks" in finding.message
+
+
+def test_a_kernel_whose_thread_reductions_would_not_be_lowered_falls_back(monkeypatch):
+    """ApplyPlans refuses such a kernel (dlight schedules the function) and says why."""
+    import sys
+
+    import tvm_ext.driver.apply_plans as apply_plans
+    from tvm_ext.driver import Preset
+    from tvm_ext.driver.stages import build
+    from tvm_ext.select.attrs import FALLBACK_ATTR
+    from tvm_ext.select.generator import register_generator, unregister_generator
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from test_select import Singletons, Small
+
+    monkeypatch.setattr(apply_plans, "unlowered_thread_reductions", lambda func, target: ["T_softmax_maxelem"])
+    register_generator(Singletons())
+    try:
+        staged = build(Small, TARGET, Preset("test_singletons", "test", generators=("test_singletons", "dlight")),
+                       link=False)
+    finally:
+        unregister_generator("test_singletons")
+    reasons = [str(f.attrs[FALLBACK_ATTR]) for _, f in staged.scheduled.functions_items()
+               if isinstance(f, tvm.tirx.PrimFunc) and f.attrs is not None and FALLBACK_ATTR in f.attrs]
+    assert reasons and all("would not be lowered to allreduces (T_softmax_maxelem)" in r for r in reasons)

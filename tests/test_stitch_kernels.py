@@ -20,7 +20,7 @@ from tvm_ext.toolchain import compile_cuda_source, nvcc_available
 from tvm_ext.models import get_model
 from tvm_ext.driver import preset_passes, preset_pipeline
 from tvm_ext.select import planned_by
-from tvm_ext.testing.device_kernels import device_kernels
+from tvm_ext.checks.lowered import device_kernels
 
 pytestmark = pytest.mark.skipif(not nvcc_available(), reason="nvcc / CUDA toolkit not found")
 

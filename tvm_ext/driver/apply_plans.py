@@ -3,8 +3,9 @@
 :class:`ApplyPlans` is a dlight-style rule driver: for every unscheduled PrimFunc that carries a
 plan (:data:`~tvm_ext.select.attrs.PLAN_ATTR`), the generator named in the plan builds exactly
 that plan (``generator.schedule(func, plan, device)``). A generator that refuses (or, for
-generators that ask for it, a kernel TVM's lowering rejects) leaves the function unscheduled and
-marks it with :data:`~tvm_ext.select.attrs.FALLBACK_ATTR`; dlight's rules then schedule it
+generators that ask for it, a kernel TVM's lowering rejects; or a kernel whose reductions over
+thread-bound loops TVM would not lower to allreduces, :mod:`tvm_ext.checks.lints`) leaves the
+function unscheduled and marks it with :data:`~tvm_ext.select.attrs.FALLBACK_ATTR`; dlight's rules then schedule it
 (:class:`~tvm_ext.dlight.SafeDefaultSchedule`, the next step) and the report lists it.
 
 Global workspaces a kernel needs become extra outputs of its PrimFunc, allocated by the Relax VM
@@ -21,6 +22,7 @@ import logging
 import tvm
 from tvm import relax, tirx
 
+from ..checks.lints import unlowered_thread_reductions
 from ..dlight.rules import is_scheduled
 from ..hardware import DeviceSpec
 from ..ir_update import with_functions
@@ -139,7 +141,7 @@ class ApplyPlans:
         self.device = device
         self.target = target
 
-    def transform_module(self, mod: tvm.IRModule, ctx) -> tvm.IRModule:  # noqa: D102 - pass protocol
+    def transform_module(self, mod: tvm.IRModule, ctx) -> tvm.IRModule:
         target = self.target or tvm.target.Target.current(allow_none=True)
         updates = {}
         workspaces: dict[str, list] = {}
@@ -166,6 +168,15 @@ class ApplyPlans:
                     logger.warning("kernel '%s' left to dlight: lowering failed: %s", gv.name_hint, problem)
                     updates[gv] = func.with_attr(
                         FALLBACK_ATTR, f"{plan.generator}: lowering failed ({problem}); scheduled by dlight")
+                    continue
+            if target is not None and target.kind.name == "cuda":
+                unlowered = unlowered_thread_reductions(kernel.func, target)
+                if unlowered:   # each would reach CUDA as a read-modify-write every thread runs at once
+                    logger.warning("kernel '%s' left to dlight: thread reductions not lowered: %s", gv.name_hint,
+                                   ", ".join(unlowered))
+                    updates[gv] = func.with_attr(
+                        FALLBACK_ATTR, f"{plan.generator}: reductions over thread-bound loops would not be lowered "
+                                       f"to allreduces ({', '.join(unlowered)}); scheduled by dlight")
                     continue
             scheduled = kernel.func
             for key, value in func.attrs.items():

@@ -28,15 +28,15 @@ from typing import Any
 
 import tvm
 
+from ..checks.lowered import device_kernels
 from ..driver import preset_passes
+from ..driver.presets import Preset, get_preset
 from ..errors import TVM_ERRORS
+from ..select.attrs import planned_by
 from ..select.generator import get_generator
 from ..select.plan import plan_of
-from ..driver.presets import Preset, get_preset
-from ..select.attrs import planned_by
 from ..tir import COOPERATIVE_TAG, PIPELINE_NAME, has_grid_sync, launch_params
 from ..toolchain import compile_cuda_source
-from .device_kernels import device_kernels
 from .thread_serial import call_inputs, compare_scheduled, compare_stages
 
 
