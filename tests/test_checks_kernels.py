@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 import tvm
 
-from tvm_ext.checks.kernel import emulate_function
+from tvm_ext.checks.kernel import emulate_function, run_device_kernel
+from tvm_ext.checks.lowered import lower_device
 from tvm_ext.driver import preset_passes
 from tvm_ext.testing.thread_serial import call_inputs, compare_scheduled
 
@@ -98,3 +99,59 @@ def test_stitched_squeeze_excite_gate_is_read_after_it_is_written():
     assert scheduled[name].attrs["tvm_ext.schedule_rule"].startswith("stitched")
     verdict = emulate_function(fused[name], scheduled[name], target, name=name, inputs=call_inputs(fused, name))
     assert verdict.ok, verdict.findings
+
+
+def _fp16_matmul() -> tvm.IRModule:
+    from test_stitch_kernels import _module
+    from tvm import relax
+
+    t = relax.TensorType
+    return _module([relax.Var("a", t((128, 256), "float16")), relax.Var("b", t((256, 128), "float16"))],
+                   lambda a, b: relax.op.matmul(a, b))
+
+
+def _dlight_tensor_core_kernel():
+    target = tvm.target.Target(TARGET)
+    with target:
+        stages = preset_passes("baseline", target)
+        fused = tvm.transform.Sequential(stages.graph)(_fp16_matmul())
+        scheduled = tvm.transform.Sequential(stages.schedule)(fused)
+    (name,) = [gv.name_hint for gv, f in scheduled.functions_items() if isinstance(f, tvm.tirx.PrimFunc)]
+    return fused[name], scheduled[name], name, target
+
+
+def test_tensor_core_fragments_are_emulated():
+    reference, scheduled, name, target = _dlight_tensor_core_kernel()
+    (launch,) = lower_device(scheduled, name, target)
+    assert "tvm_mma_sync" in str(launch.func)
+    verdict = emulate_function(reference, scheduled, target, name=name, inputs=2)
+    assert verdict.ok, verdict.findings
+    assert verdict.compared == 128 * 128
+
+
+def test_a_tensor_core_kernel_without_its_barriers_races():
+    """dlight's WMMA GEMM with its __syncthreads removed: warps load fragments from shared memory
+    other warps are still writing."""
+    import numpy as np
+    import tvm_ffi
+    from tvm import tirx
+
+    _, scheduled, name, target = _dlight_tensor_core_kernel()
+    (launch,) = lower_device(scheduled, name, target)
+
+    def drop_sync(stmt, mutator):
+        call = stmt.value
+        if isinstance(call, tvm.ir.Call) and isinstance(call.op, tvm.ir.Op) and call.op.name == "tirx.tvm_storage_sync":
+            return tirx.Evaluate(tirx.IntImm("int32", 0))
+        return stmt
+
+    racy = launch.func.with_body(tvm_ffi.structural_mutate(launch.func.body, (tirx.Evaluate, drop_sync)))
+    rng = np.random.default_rng(0)
+    arrays = {"a": rng.standard_normal((128, 256)).astype("float16"),
+              "b": rng.standard_normal((256, 128)).astype("float16")}
+    args = [arrays.get(a, np.zeros((128, 128), "float16")) for a in launch.args]
+    poisoned = {i for i, a in enumerate(launch.args) if a not in arrays}
+    clean, _ = run_device_kernel(launch.func, args, poisoned=poisoned)
+    result, _ = run_device_kernel(racy, args, poisoned=poisoned)
+    assert clean.findings == []
+    assert "race" in {f.kind for f in result.findings}

@@ -31,6 +31,7 @@ from .memory import POISON, Finding, Race, Record, Storage, races, summarise
 from .tir_expr import is_sync
 from .tir_stmt import BufferView, compile_kernel, thread_extents
 from .values import bits
+from .wmma import TensorCoreOps
 
 WARP = 32
 _AXES = ("x", "y", "z")
@@ -109,7 +110,10 @@ class DeviceMemory:
 
 
 class WarpOps:
-    """``__activemask`` and ``__shfl*_sync`` over the warps of a block vector."""
+    """``__activemask``, ``__shfl*_sync`` and the tensor-core fragment operations over the warps
+    of a block vector."""
+
+    tensor_core = TensorCoreOps()
 
     @staticmethod
     def _active_bits(b: BlockRun) -> np.ndarray:

@@ -23,6 +23,7 @@ from tvm import tirx
 
 from ..testing.compare import compare_outputs
 from ..testing.thread_serial import _run, _setup
+from ..testing.tolerance import tolerance_for
 from .emulator import emulate_launch
 from .lowered import lower_device
 from .memory import Finding, Storage
@@ -70,6 +71,10 @@ def _storage(param, value: np.ndarray | None) -> Storage:
     return st
 
 
+def _computes_in_half(func: tirx.PrimFunc) -> bool:
+    return any(str(p.ty.dtype) in ("float16", "bfloat16") for p in func.params)
+
+
 def _widen_array(a: np.ndarray) -> np.ndarray:
     return a.astype(np.float32) if (a.dtype.kind == "f" and a.dtype.itemsize == 2) or a.dtype.name == "bfloat16" else a
 
@@ -77,7 +82,7 @@ def _widen_array(a: np.ndarray) -> np.ndarray:
 def _reference_outputs(reference: tirx.PrimFunc, args: list, outs: list, n_in: int) -> list[np.ndarray]:
     """The unscheduled function's outputs; a half-precision one computed in float32 (the tolerance
     policy compares half-precision results with a float32 reference)."""
-    if not any(str(p.ty.dtype) in ("float16", "bfloat16") for p in reference.params):
+    if not _computes_in_half(reference):
         return _run(reference, args + [o.copy() for o in outs]).values[n_in:]
     return _run(widened(reference), [_widen_array(a) for a in args + outs]).values[n_in:]
 
@@ -105,6 +110,8 @@ def emulate_function(reference: tirx.PrimFunc, scheduled: tirx.PrimFunc, target:
         A kernel uses something the emulator does not model.
     """
     n_in, args, outs, _, rtol, atol = _setup(reference, scheduled, inputs, seed, None, None)
+    if _computes_in_half(reference):    # fp16 inputs cast to a float32 output: computed in fp16
+        rtol, atol = tolerance_for("float16")
     n_ref = len(reference.params)
     expected = _reference_outputs(reference, args, outs, n_in)
     storages = {p.name: _storage(p, args[i] if i < n_in else None) for i, p in enumerate(scheduled.params)}

@@ -39,6 +39,8 @@ class Storage:
     def __init__(self, name: str, nbytes: int, scope: str, *, initialised: bool, lanes: int = 1,
                  itemsize: int = 1) -> None:
         self.name, self.scope, self.itemsize = name, scope, itemsize
+        #: Bytes of the allocation (``nbytes`` is that rounded up to 8 for typed views).
+        self.exact_bytes = int(nbytes)
         self.nbytes = -(-max(int(nbytes), 1) // 8) * 8
         self.lanes = lanes
         self.data = np.full(self.nbytes * lanes, POISON, dtype=np.uint8)

@@ -19,6 +19,8 @@ from tvm import tirx
 
 from ..errors import TvmExtError
 from .values import element_dtype, lanes_of
+from .wmma import OPS as TENSOR_CORE_OPS
+from .wmma import access_ptr
 
 Closure = Callable[[Any], Any]
 
@@ -163,9 +165,10 @@ class ExprCompiler:
         return run
 
     def _Select(self, e):
-        return self._masked_choice(self(e.condition), self(e.true_value), self(e.false_value), dtype_of(e))
+        return self._masked_choice(self(e.condition), self(e.true_value), self(e.false_value), dtype_of(e),
+                                   lanes_of(e.ty.dtype))
 
-    def _masked_choice(self, fc, ft, ff, dt):
+    def _masked_choice(self, fc, ft, ff, dt, lanes: int = 1):
         def run(b):
             c = fc(b)
             if not isinstance(c, np.ndarray):
@@ -179,7 +182,7 @@ class ExprCompiler:
             b.mask = saved & rows_f
             f = ff(b) if b.mask.any() else 0
             b.mask = saved
-            cond = c if c.ndim == len(np.shape(t)) or np.ndim(t) == 0 else c[..., None]
+            cond = c[..., None] if lanes > 1 and c.ndim == 1 else c
             return _fix(np.where(cond, t, f), dt)
         return run
 
@@ -229,7 +232,7 @@ class ExprCompiler:
         if not isinstance(e.op, tvm.ir.Op):
             raise Unemulated(f"a call of {e.op} is not emulated")
         name = e.op.name.split(".", 1)[-1] if e.op.name.startswith(("tirx.", "prim.")) else e.op.name
-        dt = dtype_of(e) if isinstance(e.ty, tvm.ir.PrimType) and str(e.ty.dtype) != "handle" else None
+        dt = dtype_of(e) if isinstance(e.ty, tvm.ir.PrimType) and str(e.ty.dtype) not in ("handle", "void", "") else None
         if name in ("call_extern", "call_pure_extern"):
             callee = str(e.args[0].value)
             mapped = _EXTERN.get(callee)
@@ -240,7 +243,7 @@ class ExprCompiler:
             return self._math(name, [self(a) for a in e.args], dt)
         args = list(e.args)
         if name == "if_then_else":
-            return self._masked_choice(self(args[0]), self(args[1]), self(args[2]), dt)
+            return self._masked_choice(self(args[0]), self(args[1]), self(args[2]), dt, lanes_of(e.ty.dtype))
         if name in ("likely", "tvm_thread_invariant"):
             return self(args[0])
         if name == "reinterpret":
@@ -249,6 +252,15 @@ class ExprCompiler:
         if name == "buffer_data":
             view = self.slot(args[0])
             return lambda b: b.env[view].pointer()
+        if name == "type_annotation":
+            return lambda b: dt
+        if name == "tvm_access_ptr":
+            data, offset = self(args[1]), self(args[2])
+            elem = element_dtype(args[0].ty.dtype)
+            return lambda b: access_ptr(elem, data(b), offset(b))
+        if name in TENSOR_CORE_OPS:
+            parts, stmt = [self(a) for a in args], self.stmt
+            return lambda b: self.warp.tensor_core(b, name, [p(b) for p in parts], stmt)
         if name == "tvm_warp_activemask":
             return lambda b: self.warp.activemask(b)
         if name in ("tvm_warp_shuffle", "tvm_warp_shuffle_down", "tvm_warp_shuffle_up"):

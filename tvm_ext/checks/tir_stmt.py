@@ -18,6 +18,7 @@ from tvm import tirx
 from .memory import Finding, Storage
 from .tir_expr import ExprCompiler, Unemulated, is_sync
 from .values import element_dtype, lanes_of
+from .wmma import Fragment
 
 Run = Callable[[Any], Any]
 
@@ -50,6 +51,7 @@ class StmtCompiler:
         self.expr = ExprCompiler(self.slot, memory, warp)
         self.memory = memory
         self.allocs = 0
+        self.fragment_shapes: dict[str, tuple[int, int, int]] = {}
 
     def slot(self, var) -> int:
         found = self.slots.get(var)
@@ -90,6 +92,8 @@ class StmtCompiler:
         return gen, True
 
     def _AttrStmt(self, s):
+        if s.attr_key == "fragment_shape":     # before the fragment's allocation below it
+            self.fragment_shapes[s.node.name] = tuple(int(x) for x in str(s.value.value).split(","))
         body, g = self(s.body)
         if s.attr_key != "thread_extent":
             return body, g
@@ -110,12 +114,14 @@ class StmtCompiler:
 
     def _DeclBuffer(self, s):
         i, data, buf = self.slot(s.buffer), self.expr(s.data), s.buffer
-        dt, size, name, lanes = element_dtype(buf.ty.dtype), _size(buf), buf.name, lanes_of(buf.ty.dtype)
+        dt, name, lanes = element_dtype(buf.ty.dtype), buf.name, lanes_of(buf.ty.dtype)
         elem = int(buf.ty.elem_offset) * lanes if buf.ty.elem_offset is not None else 0
 
-        def run(b):
+        def run(b):   # bounded by the allocation: lowering leaves nominal shapes on views of merged shared memory
             storage, byte_offset = data(b)
-            b.env[i] = BufferView(storage, dt, byte_offset // dt.itemsize + elem, size, name, lanes)
+            offset = byte_offset // dt.itemsize + elem
+            capacity = (storage.exact_bytes // dt.itemsize - offset) // lanes
+            b.env[i] = BufferView(storage, dt, offset, capacity, name, lanes)
         return run, False
 
     def _AllocBuffer(self, s):
@@ -139,8 +145,16 @@ class StmtCompiler:
                     store = b.local[key] = Storage(name, size * lanes * dt.itemsize, "local", initialised=True,
                                                    lanes=b.threads, itemsize=dt.itemsize)
                 b.env[i] = BufferView(store, dt, 0, size, name, lanes)
+        elif scope.startswith("wmma.") and name in self.fragment_shapes:
+            mnk = self.fragment_shapes[name]
+
+            def run(b):
+                frag = b.local.get(key)
+                if frag is None:
+                    frag = b.local[key] = Fragment(name, scope, dt, size * lanes, -(-b.threads // 32), mnk)
+                b.env[i] = frag
         else:
-            raise Unemulated(f"'{name}' in storage scope {scope} (tensor-core fragments and others) is not emulated")
+            raise Unemulated(f"'{name}' in storage scope {scope} is not emulated")
         return run, False
 
     def _Bind(self, s):
