@@ -108,7 +108,13 @@ def serialize_threads(func: tirx.PrimFunc) -> tirx.PrimFunc:
             return _split_stages(new)
         return tirx.For(new.loop_var, new.min, new.extent, tirx.ForKind.SERIAL, new.body)
 
-    body = _scopes_to_global(tvm_ffi.structural_mutate(func.body, (tirx.For, on_for)))
+    def on_evaluate(stmt, mutator):   # a __syncthreads orders nothing among serialized threads
+        call = stmt.value
+        if isinstance(call, tvm.ir.Call) and isinstance(call.op, tvm.ir.Op) and call.op.name == "tirx.tvm_storage_sync":
+            return tirx.Evaluate(tirx.IntImm("int32", 0))
+        return stmt
+
+    body = _scopes_to_global(tvm_ffi.structural_mutate(func.body, [(tirx.For, on_for), (tirx.Evaluate, on_evaluate)]))
     return func.with_body(body).without_attr("tirx.is_scheduled")
 
 
