@@ -155,3 +155,22 @@ def test_a_tensor_core_kernel_without_its_barriers_races():
     result, _ = run_device_kernel(racy, args, poisoned=poisoned)
     assert clean.findings == []
     assert "race" in {f.kind for f in result.findings}
+
+
+def test_executed_work_is_counted_and_recomputation_is_a_warning():
+    """TVM's default schedule of squeeze-excite's last kernel recomputes the 1x1 convolution and the
+    sigmoid for every output element (49 per channel, each by every lane of its thread group):
+    right, but a recomputation (a warning)."""
+    target = tvm.target.Target(TARGET)
+    mod = squeeze_excite_module()
+    with target:
+        stages = preset_passes("baseline", target)
+        fused = tvm.transform.Sequential(stages.graph)(mod)
+        scheduled = tvm.transform.Sequential(stages.schedule)(fused)
+    verdicts = {name: emulate_function(fused[name], scheduled[name], target, name=name, inputs=call_inputs(fused, name))
+                for name in [gv.name_hint for gv, f in scheduled.functions_items() if isinstance(f, tvm.tirx.PrimFunc)]}
+    gated = next(v for n, v in verdicts.items() if "sigmoid" in n)
+    assert gated.ok and [w.kind for w in gated.warnings] == ["recompute"]
+    assert gated.planned.transcendentals == 256                      # one sigmoid per channel
+    assert gated.executed.transcendentals >= 49 * 256                 # one per output element at least
+    assert all(v.executed.ratio_over(v.planned) <= 1.0 for n, v in verdicts.items() if "sigmoid" not in n)

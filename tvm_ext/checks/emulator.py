@@ -32,6 +32,7 @@ from .tir_expr import is_sync
 from .tir_stmt import BufferView, compile_kernel, thread_extents
 from .values import bits
 from .wmma import TensorCoreOps
+from .work import Work
 
 WARP = 32
 _AXES = ("x", "y", "z")
@@ -48,6 +49,8 @@ class DeviceMemory:
         st = view.storage
         values = st.view(view.dtype)[flat]
         out[rows] = values
+        if st.scope == "global":
+            b.launch.count(global_loads=flat.size)
         if st.init is not None:
             starts = flat * view.dtype.itemsize
             if not st.init[starts].all():
@@ -171,16 +174,31 @@ class LaunchResult:
     blocks_run: int
     findings: list[Finding] = field(default_factory=list)
     races: list[Race] = field(default_factory=list)
+    #: Transcendentals and global loads the launch executes (counted over the blocks run, scaled to the grid).
+    work: Work = field(default_factory=Work)
 
 
 class Launch_:
     """State of one launch shared by its blocks: statement texts, findings, inter-block summaries."""
 
-    def __init__(self, texts: list[str]) -> None:
+    def __init__(self, texts: list[str], budget: Work | None = None) -> None:
         self.texts, self.findings, self.races = texts, [], []
         self.seen: set = set()
         self.seq = 0
         self.summaries: dict = {}
+        self.transcendentals = self.global_loads = 0
+        self.budget = budget
+
+    def count(self, transcendentals: int = 0, global_loads: int = 0) -> None:
+        """Executed work of the lanes that ran a statement."""
+        self.transcendentals += transcendentals
+        self.global_loads += global_loads
+
+    def over_budget(self, scale: float) -> bool:
+        """Whether the work so far, ``scale``-d to the whole grid, exceeds the budget."""
+        b = self.budget
+        return b is not None and ((b.transcendentals > 0 and self.transcendentals * scale > b.transcendentals)
+                                  or (b.global_loads > 0 and self.global_loads * scale > b.global_loads))
 
     def text(self, stmt: int) -> str:
         return self.texts[stmt] if 0 <= stmt < len(self.texts) else "?"
@@ -279,9 +297,18 @@ def _dims(extents: dict[str, int], prefix: str) -> tuple[int, int, int]:
     return tuple(int(extents.get(f"{prefix}.{a}", 1)) for a in _AXES)
 
 
-def emulate_launch(func, storages: list[Storage], *, order: str = "reversed", max_blocks: int | None = 16,
-                   seed: int = 0) -> LaunchResult:
-    """Run device kernel ``func`` (lowered TIR) once; ``storages`` are its pointer arguments in order.
+class WorkOverBudget(Exception):
+    """The launch executes more work than its budget (a recomputation blow-up); emulation stopped."""
+
+    def __init__(self, work: Work, blocks_run: int) -> None:
+        super().__init__(f"over budget after {blocks_run} blocks")
+        self.work, self.blocks_run = work, blocks_run
+
+
+def emulate_launch(func, storages: list, *, order: str = "reversed", max_blocks: int | None = 16,
+                   seed: int = 0, budget: Work | None = None) -> LaunchResult:
+    """Run device kernel ``func`` (lowered TIR) once; ``storages`` are its arguments in order
+    (:class:`Storage` for pointers, ints for scalars).
 
     A kernel with a grid barrier runs every block (a sample would leave the barrier waiting).
 
@@ -289,12 +316,14 @@ def emulate_launch(func, storages: list[Storage], *, order: str = "reversed", ma
     ------
     Unemulated
         The kernel uses an intrinsic, a storage scope or a construct the emulator does not model.
+    WorkOverBudget
+        The work executed so far, scaled to the grid, exceeds ``budget``.
     """
     run, is_gen, compiler = compile_kernel(func, DeviceMemory(), WarpOps())
     extents = thread_extents(func)
     grid, dims = _dims(extents, "blockIdx"), _dims(extents, "threadIdx")
     total = int(np.prod(grid))
-    launch = Launch_(compiler.texts)
+    launch = Launch_(compiler.texts, budget)
     cooperative = is_gen and any(kind == "grid" for kind in _sync_kinds(func))
     ids = block_order(total, order, None if cooperative else max_blocks, seed)
     params = [compiler.slot(p) for p in func.params]
@@ -302,23 +331,34 @@ def emulate_launch(func, storages: list[Storage], *, order: str = "reversed", ma
     def start(block: int):
         b = BlockRun(launch, len(compiler.slots), block, grid, dims)
         for slot, st in zip(params, storages):
-            b.env[slot] = (st, 0)
+            b.env[slot] = (st, 0) if isinstance(st, Storage) else st
         return b, (run(b) if is_gen else _plain(run, b))
 
-    alive = [start(i) for i in ids] if cooperative else None
+    def check_budget(scale: float, blocks_run: int) -> None:
+        if launch.over_budget(scale):
+            raise WorkOverBudget(Work(launch.transcendentals * scale, launch.global_loads * scale), blocks_run)
+
     if not cooperative:
-        for i in ids:
+        for done, i in enumerate(ids, 1):
             _to_grid_barrier(*start(i))
+            check_budget(total / done, done)
         launch.end_grid_interval()
     else:
+        alive = [start(i) for i in ids]
         while alive:
-            parked = [(b, g) for b, g in alive if _to_grid_barrier(b, g)]
+            parked = []
+            for b, g in alive:
+                if _to_grid_barrier(b, g):
+                    parked.append((b, g))
+                check_budget(1.0, total)
             if parked and len(parked) != len(alive):
                 launch.report(Finding("grid_barrier", f"{len(parked)} of {len(alive)} blocks wait at a grid barrier "
                                                       "the others never reach (a deadlock on the GPU)"))
             launch.end_grid_interval()
             alive = parked if len(parked) == len(alive) else []
-    return LaunchResult(total, len(ids), launch.findings, launch.races)
+    scale = total / max(len(ids), 1)
+    return LaunchResult(total, len(ids), launch.findings, launch.races,
+                        Work(launch.transcendentals * scale, launch.global_loads * scale))
 
 
 def _plain(run, b):
@@ -344,4 +384,4 @@ def _sync_kinds(func) -> set[str]:
     return kinds
 
 
-__all__ = ["DeviceMemory", "LaunchResult", "WarpOps", "block_order", "emulate_launch"]
+__all__ = ["DeviceMemory", "LaunchResult", "WarpOps", "WorkOverBudget", "block_order", "emulate_launch"]

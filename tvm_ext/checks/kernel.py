@@ -24,11 +24,19 @@ from tvm import tirx
 from ..testing.compare import compare_outputs
 from ..testing.thread_serial import _run, _setup
 from ..testing.tolerance import tolerance_for
-from .emulator import emulate_launch
+from .emulator import WorkOverBudget, emulate_launch
 from .lowered import lower_device
 from .memory import Finding, Storage
 from .values import element_dtype
 from .widen import widened
+from .work import (
+    EMULATION_ALLOWANCE,
+    EMULATION_BUDGET,
+    PERFORMANCE_KINDS,
+    RECOMPUTE_LIMIT,
+    Work,
+    function_work,
+)
 
 
 @dataclass
@@ -55,11 +63,21 @@ class EmulationVerdict:
     findings: list[Finding] = field(default_factory=list)
     max_abs_err: float = 0.0
     compared: int = 0
+    #: Work of the unscheduled function, and what the kernels executed (counted by the emulator).
+    planned: Work = field(default_factory=Work)
+    executed: Work = field(default_factory=Work)
+    #: The emulation stopped at its work budget (outputs not compared).
+    stopped: bool = False
 
     @property
     def ok(self) -> bool:
-        """No finding."""
-        return not self.findings
+        """No finding about correctness (cost findings, :data:`~tvm_ext.checks.work.PERFORMANCE_KINDS`, are warnings)."""
+        return not any(f.kind not in PERFORMANCE_KINDS for f in self.findings)
+
+    @property
+    def warnings(self) -> list[Finding]:
+        """Findings about cost: recomputation, spills."""
+        return [f for f in self.findings if f.kind in PERFORMANCE_KINDS]
 
 
 def _storage(param, value: np.ndarray | None) -> Storage:
@@ -69,6 +87,11 @@ def _storage(param, value: np.ndarray | None) -> Storage:
     if value is not None:
         st.data[:value.nbytes] = np.ascontiguousarray(value).reshape(-1).view(np.uint8)
     return st
+
+
+def _work_text(executed: Work, planned: Work) -> str:
+    return (f"{executed.transcendentals:.0f} transcendentals and {executed.global_loads:.0f} global loads executed, "
+            f"{planned.transcendentals:.0f} and {planned.global_loads:.0f} in the function")
 
 
 def _computes_in_half(func: tirx.PrimFunc) -> bool:
@@ -115,14 +138,31 @@ def emulate_function(reference: tirx.PrimFunc, scheduled: tirx.PrimFunc, target:
     n_ref = len(reference.params)
     expected = _reference_outputs(reference, args, outs, n_in)
     storages = {p.name: _storage(p, args[i] if i < n_in else None) for i, p in enumerate(scheduled.params)}
-    verdict = EmulationVerdict()
+    verdict = EmulationVerdict(planned=function_work(reference))
     for launch in lower_device(scheduled, name, target):
-        result = emulate_launch(launch.func, [storages[a] if isinstance(a, str) else a for a in launch.args],
-                                order=order, max_blocks=max_blocks, seed=seed)
+        try:
+            result = emulate_launch(launch.func, [storages[a] if isinstance(a, str) else a for a in launch.args],
+                                    order=order, max_blocks=max_blocks, seed=seed,
+                                    budget=verdict.planned * EMULATION_BUDGET + Work(EMULATION_ALLOWANCE,
+                                                                                      EMULATION_ALLOWANCE)
+                                    - verdict.executed)
+        except WorkOverBudget as over:
+            verdict.executed = verdict.executed + over.work
+            verdict.findings.append(Finding("recompute", f"{launch.kernel} executes more than {EMULATION_BUDGET:g}x "
+                                                         f"the transcendentals or global loads of its function "
+                                                         f"({_work_text(verdict.executed, verdict.planned)}); "
+                                                         "emulation stopped"))
+            verdict.stopped = True
+            return verdict
         verdict.kernels += 1
         verdict.blocks += result.blocks
         verdict.blocks_run += result.blocks_run
         verdict.findings.extend(result.findings)
+        verdict.executed = verdict.executed + result.work
+    if verdict.executed.ratio_over(verdict.planned) > RECOMPUTE_LIMIT:
+        verdict.findings.append(Finding("recompute", f"executes {verdict.executed.ratio_over(verdict.planned):.1f}x "
+                                                     f"the work of its function "
+                                                     f"({_work_text(verdict.executed, verdict.planned)})"))
     sampled = verdict.blocks_run < verdict.blocks
     got, want = [], []
     for p, ref in zip(list(scheduled.params)[n_in:n_ref], expected):

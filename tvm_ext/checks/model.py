@@ -41,11 +41,13 @@ from .lints import unlowered_thread_reductions, usage_findings
 from .lowered import lower_device
 from .memory import Finding
 from .tir_expr import Unemulated
+from .work import PERFORMANCE_KINDS
 
 
 @dataclass(frozen=True)
 class KernelLine:
-    """One kernel's verdict: ``verdict`` is ``ok``, ``findings`` or ``unchecked``."""
+    """One kernel's verdict: ``ok``, ``warnings`` (cost only: recomputation, spills), ``findings``
+    (correctness) or ``unchecked`` (with the reason)."""
 
     kernel: str
     generator: str
@@ -74,8 +76,8 @@ class VerifyReport:
         return all(line.verdict != "findings" for line in self.lines)
 
     def counts(self) -> dict[str, int]:
-        """``{"kernels": n, "ok": .., "findings": .., "unchecked": ..}``."""
-        out = {"kernels": len(self.lines), "ok": 0, "findings": 0, "unchecked": 0}
+        """``{"kernels": n, "ok": .., "warnings": .., "findings": .., "unchecked": ..}``."""
+        out = {"kernels": len(self.lines), "ok": 0, "warnings": 0, "findings": 0, "unchecked": 0}
         for line in self.lines:
             out[line.verdict] += 1
         return out
@@ -83,8 +85,8 @@ class VerifyReport:
     def to_table(self) -> str:
         c = self.counts()
         head = f"{'kernel':<48} {'generator':<10} {'checks':<34} verdict"
-        tail = (f"{c['kernels']} kernels ({self.preset}, {self.target}): {c['ok']} ok, {c['findings']} with findings, "
-                f"{c['unchecked']} unchecked")
+        tail = (f"{c['kernels']} kernels ({self.preset}, {self.target}): {c['ok']} ok, {c['warnings']} with warnings "
+                f"(cost), {c['findings']} with findings, {c['unchecked']} unchecked")
         return "\n".join([head] + [line.line() for line in self.lines] + [tail] + [f"note: {n}" for n in self.notes])
 
     def to_json(self) -> dict[str, Any]:
@@ -130,6 +132,9 @@ def check_kernel(name: str, reference: tirx.PrimFunc, scheduled: tirx.PrimFunc, 
         return _line(name, generator, checks, findings, unchecked=f"could not be run: {last}")
     checks.append(f"emulated {verdict.blocks_run}/{verdict.blocks} blocks")
     findings.extend(verdict.findings)
+    if verdict.stopped:
+        return _line(name, generator, checks, findings, unchecked="emulation stopped at its work budget: "
+                                                                  "outputs not compared")
     if usage is not None:
         checks.append("ptxas")
         for launch in launches:
@@ -140,12 +145,15 @@ def check_kernel(name: str, reference: tirx.PrimFunc, scheduled: tirx.PrimFunc, 
 
 
 def _line(name: str, generator: str, checks: list[str], findings: list[Finding], unchecked: str = "") -> KernelLine:
-    details = tuple(f"{f.kind}: {f.message}" for f in findings)
-    if findings:
-        return KernelLine(name, generator, ", ".join(checks), "findings", details + ((unchecked,) if unchecked else ()))
+    """``findings`` if any finding is about correctness; else ``unchecked`` if the emulation could
+    not run to the end, ``warnings`` for cost findings only (recomputation, spills), ``ok``."""
+    details = tuple(f"{f.kind}: {f.message}" for f in findings) + ((unchecked,) if unchecked else ())
+    text = ", ".join(checks)
+    if any(f.kind not in PERFORMANCE_KINDS for f in findings):
+        return KernelLine(name, generator, text, "findings", details)
     if unchecked:
-        return KernelLine(name, generator, ", ".join(checks), "unchecked", (unchecked,))
-    return KernelLine(name, generator, ", ".join(checks), "ok")
+        return KernelLine(name, generator, text, "unchecked", details)
+    return KernelLine(name, generator, text, "warnings" if findings else "ok", details)
 
 
 def _usage(mod: tvm.IRModule, names: list[str], target: tvm.target.Target) -> tuple[dict | None, str]:

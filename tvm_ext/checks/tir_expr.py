@@ -21,6 +21,7 @@ from ..errors import TvmExtError
 from .values import element_dtype, lanes_of
 from .wmma import OPS as TENSOR_CORE_OPS
 from .wmma import access_ptr
+from .work import TRANSCENDENTAL
 
 Closure = Callable[[Any], Any]
 
@@ -280,11 +281,14 @@ class ExprCompiler:
 
     def _math(self, name, args: list[Closure], dt):
         fn = _UNARY_MATH.get(name) or _BINARY_MATH[name]
+        counted = name in TRANSCENDENTAL
 
         def run(b):
             values = [np.asarray(a(b)) for a in args]
             with np.errstate(all="ignore"):
                 out = fn(*[v.astype(np.float32) if v.dtype == np.float16 else v for v in values])
+            if counted:   # executed work: the lanes that run it
+                b.launch.count(transcendentals=b.rows().size * (out.shape[-1] if np.ndim(out) == 2 else 1))
             return _fix(np.asarray(out), dt) if dt is not None else out
         return run
 
