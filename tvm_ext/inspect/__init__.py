@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from .compare import Comparison, compare
 from .fallback import DLIGHT_FALLBACK_REASON, FallbackOp, find_fallbacks
-from .kernels import (KernelLaunches, cuda_source, device_kernels, extern_calls, global_kernel_names,
-                      kernel_launches, kernel_source, library_kernels, primfunc_calls)
+from ..toolchain.cuda_source import global_kernel_names, kernel_source
+from .kernels import (KernelLaunches, cuda_source, device_kernels, extern_calls, kernel_launches, library_kernels,
+                      primfunc_calls)
 from .pictures import graph_svg, kernel_chart_svg
 from .report import GroupInfo, Report, group_instances, inspect, price_launches, report_from_stages
 from .tile_graph_view import tile_graph_dot, tile_graph_html

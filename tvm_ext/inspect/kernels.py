@@ -19,7 +19,6 @@ CUTLASS GEMM) x its launches per call.
 """
 from __future__ import annotations
 
-import re
 from collections import Counter
 from dataclasses import dataclass
 
@@ -32,7 +31,6 @@ from ..select.attrs import GENERATOR_ATTR, LIBRARY_KERNELS_ATTR, PLAN_ATTR, RULE
 from ..select.plan import plan_from_text
 
 _CALL_FFI_KERNEL = "tirx.call_ffi_kernel"
-_GLOBAL_DEF = re.compile(r"__global__\s+void\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?(\w+)\s*\(")
 
 
 @dataclass(frozen=True)
@@ -233,32 +231,3 @@ def cuda_source(executable: tvm.runtime.Executable) -> str:
 
     visit(executable.mod, 0)
     return "\n".join(found)
-
-
-def global_kernel_names(source: str) -> list[str]:
-    """Distinct ``__global__`` function names of a CUDA source, in order of appearance."""
-    return list(dict.fromkeys(_GLOBAL_DEF.findall(source)))
-
-
-def kernel_source(source: str, name: str) -> str:
-    """The definition of the ``__global__`` function ``name`` in a CUDA source (signature and body).
-
-    Raises
-    ------
-    KeyError
-        No definition of ``name`` in ``source``.
-    """
-    for match in _GLOBAL_DEF.finditer(source):
-        if match.group(1) != name:
-            continue
-        head = source.rfind("\n", 0, match.start()) + 1
-        brace = source.find("{", match.end())
-        semicolon = source.find(";", match.end())
-        if brace < 0 or 0 <= semicolon < brace:
-            continue  # a declaration, not the definition
-        depth = 0
-        for pos in range(brace, len(source)):
-            depth += {"{": 1, "}": -1}.get(source[pos], 0)
-            if depth == 0:
-                return source[head:pos + 1]
-    raise KeyError(f"no definition of __global__ function '{name}' in the CUDA source")

@@ -52,7 +52,8 @@ from ..select.candidate import dominant_dtype
 from ..select.describe import describe_library, describe_scheduled
 from ..select.measured import record_fields
 from .fallback import FallbackOp, find_fallbacks
-from .kernels import KernelLaunches, cuda_source, global_kernel_names, kernel_launches, library_kernels
+from ..toolchain.cuda_source import global_kernel_names
+from .kernels import KernelLaunches, cuda_source, kernel_launches, library_kernels
 from .render import report_html, report_table
 
 

@@ -17,8 +17,8 @@ import tvm
 from tvm import tirx
 
 from ..errors import TVM_ERRORS
+from ..toolchain.cuda_source import global_kernel_names, kernel_source
 from .launch_params import PIPELINE_NAME
-
 
 _SHARED = re.compile(r"__shared__\s+(?:alignas\(\d+\)\s+)?(\w+)\s+\w+\[(\d+)\];")
 _BYTES = {"half": 2, "__half": 2, "nv_bfloat16": 2, "__nv_bfloat16": 2, "float": 4, "int": 4, "uint": 4,
@@ -28,8 +28,6 @@ _BYTES = {"half": 2, "__half": 2, "nv_bfloat16": 2, "__nv_bfloat16": 2, "float":
 
 def static_shared_bytes(cuda_source: str) -> list[int]:
     """Bytes of static ``__shared__`` arrays of each kernel defined in ``cuda_source``."""
-    from ..inspect.kernels import global_kernel_names, kernel_source  # noqa: PLC0415 (inspect imports the driver)
-
     return [sum(_BYTES.get(t, 4) * int(n) for t, n in _SHARED.findall(kernel_source(cuda_source, name)))
             for name in global_kernel_names(cuda_source)]
 
