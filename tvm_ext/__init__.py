@@ -68,6 +68,10 @@ def _register() -> None:
     from .tir import register_tir_pipeline
     from .toolchain.export import register_arch_marker
 
+    # the technique packages register their generators where the package is assembled (the
+    # selection spine never imports a generator)
+    from . import cutlass, dlight, orchestrate, stitch, subprogram, tilegraph  # noqa: F401
+
     register_arch_marker()  # CUDA source records its arch: export_library compiles it for that GPU
     register_target_tags()
     register_builtin_presets()

@@ -141,7 +141,6 @@ def get_generator(name: str) -> Generator:
     GeneratorError
         No such generator; the message lists the registered ones.
     """
-    _load_builtin()
     try:
         return _REGISTRY[name]
     except KeyError:
@@ -150,13 +149,7 @@ def get_generator(name: str) -> Generator:
 
 def list_generators() -> list[str]:
     """Names of the registered generators."""
-    _load_builtin()
     return sorted(_REGISTRY)
-
-
-def _load_builtin() -> None:
-    """Import the built-in technique packages, whose modules register their generators."""
-    from .. import cutlass, dlight, orchestrate, stitch, subprogram, tilegraph  # noqa: F401 - imported for registration
 
 
 __all__ = ["Generator", "GeneratorError", "LibraryGenerator", "ScheduleRefused", "ScheduledKernel",
