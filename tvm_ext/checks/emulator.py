@@ -178,6 +178,14 @@ class LaunchResult:
     work: Work = field(default_factory=Work)
 
 
+class WorkOverBudget(Exception):
+    """The launch executes more work than its budget (a recomputation blow-up); emulation stopped."""
+
+    def __init__(self, work: Work, blocks_run: int) -> None:
+        super().__init__(f"over budget after {blocks_run} blocks")
+        self.work, self.blocks_run = work, blocks_run
+
+
 class Launch_:
     """State of one launch shared by its blocks: statement texts, findings, inter-block summaries."""
 
@@ -188,11 +196,16 @@ class Launch_:
         self.summaries: dict = {}
         self.transcendentals = self.global_loads = 0
         self.budget = budget
+        #: Blocks of the grid per block run so far (scales the counts to the launch).
+        self.scale = 1.0
 
     def count(self, transcendentals: int = 0, global_loads: int = 0) -> None:
-        """Executed work of the lanes that ran a statement."""
+        """Executed work of the lanes that ran a statement (stops the launch once over budget:
+        one block of a blow-up can run for minutes)."""
         self.transcendentals += transcendentals
         self.global_loads += global_loads
+        if self.over_budget(self.scale):
+            raise WorkOverBudget(Work(self.transcendentals * self.scale, self.global_loads * self.scale), 0)
 
     def over_budget(self, scale: float) -> bool:
         """Whether the work so far, ``scale``-d to the whole grid, exceeds the budget."""
@@ -297,14 +310,6 @@ def _dims(extents: dict[str, int], prefix: str) -> tuple[int, int, int]:
     return tuple(int(extents.get(f"{prefix}.{a}", 1)) for a in _AXES)
 
 
-class WorkOverBudget(Exception):
-    """The launch executes more work than its budget (a recomputation blow-up); emulation stopped."""
-
-    def __init__(self, work: Work, blocks_run: int) -> None:
-        super().__init__(f"over budget after {blocks_run} blocks")
-        self.work, self.blocks_run = work, blocks_run
-
-
 def emulate_launch(func, storages: list, *, order: str = "reversed", max_blocks: int | None = 16,
                    seed: int = 0, budget: Work | None = None) -> LaunchResult:
     """Run device kernel ``func`` (lowered TIR) once; ``storages`` are its arguments in order
@@ -340,6 +345,7 @@ def emulate_launch(func, storages: list, *, order: str = "reversed", max_blocks:
 
     if not cooperative:
         for done, i in enumerate(ids, 1):
+            launch.scale = total / done
             _to_grid_barrier(*start(i))
             check_budget(total / done, done)
         launch.end_grid_interval()
