@@ -174,3 +174,17 @@ def test_executed_work_is_counted_and_recomputation_is_a_warning():
     assert gated.planned.transcendentals == 256                      # one sigmoid per channel
     assert gated.executed.transcendentals >= 49 * 256                 # one per output element at least
     assert all(v.executed.ratio_over(v.planned) <= 1.0 for n, v in verdicts.items() if "sigmoid" not in n)
+
+
+def test_an_emulation_past_its_time_limit_is_listed_unchecked():
+    from tvm_ext.checks.model import check_kernel
+
+    target = tvm.target.Target(TARGET)
+    mod = softmax_module()
+    with target:
+        stages = preset_passes("stitch", target)
+        fused = tvm.transform.Sequential(stages.graph)(mod)
+        scheduled = tvm.transform.Sequential(stages.schedule)(fused)
+    (name,) = [gv.name_hint for gv, f in scheduled.functions_items() if isinstance(f, tvm.tirx.PrimFunc)]
+    line = check_kernel(name, fused[name], scheduled[name], target, call_inputs(fused, name), "stitch", seconds=0.0)
+    assert line.verdict == "unchecked" and "ran past its 0 s" in line.details[-1]

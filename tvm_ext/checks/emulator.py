@@ -21,6 +21,7 @@ Example
 """
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -178,6 +179,10 @@ class LaunchResult:
     work: Work = field(default_factory=Work)
 
 
+class EmulationTimeout(Exception):
+    """The emulation of a launch ran past its time limit (the kernel is listed unchecked)."""
+
+
 class WorkOverBudget(Exception):
     """The launch executes more work than its budget (a recomputation blow-up); emulation stopped."""
 
@@ -189,7 +194,7 @@ class WorkOverBudget(Exception):
 class Launch_:
     """State of one launch shared by its blocks: statement texts, findings, inter-block summaries."""
 
-    def __init__(self, texts: list[str], budget: Work | None = None) -> None:
+    def __init__(self, texts: list[str], budget: Work | None = None, seconds: float | None = None) -> None:
         self.texts, self.findings, self.races = texts, [], []
         self.seen: set = set()
         self.seq = 0
@@ -198,6 +203,8 @@ class Launch_:
         self.budget = budget
         #: Blocks of the grid per block run so far (scales the counts to the launch).
         self.scale = 1.0
+        self.seconds = seconds
+        self.deadline = None if seconds is None else time.monotonic() + seconds
 
     def count(self, transcendentals: int = 0, global_loads: int = 0) -> None:
         """Executed work of the lanes that ran a statement (stops the launch once over budget:
@@ -206,6 +213,8 @@ class Launch_:
         self.global_loads += global_loads
         if self.over_budget(self.scale):
             raise WorkOverBudget(Work(self.transcendentals * self.scale, self.global_loads * self.scale), 0)
+        if self.deadline is not None and time.monotonic() > self.deadline:
+            raise EmulationTimeout(f"the emulation ran past its {self.seconds:g} s")
 
     def over_budget(self, scale: float) -> bool:
         """Whether the work so far, ``scale``-d to the whole grid, exceeds the budget."""
@@ -311,7 +320,7 @@ def _dims(extents: dict[str, int], prefix: str) -> tuple[int, int, int]:
 
 
 def emulate_launch(func, storages: list, *, order: str = "reversed", max_blocks: int | None = 16,
-                   seed: int = 0, budget: Work | None = None) -> LaunchResult:
+                   seed: int = 0, budget: Work | None = None, seconds: float | None = None) -> LaunchResult:
     """Run device kernel ``func`` (lowered TIR) once; ``storages`` are its arguments in order
     (:class:`Storage` for pointers, ints for scalars).
 
@@ -323,12 +332,14 @@ def emulate_launch(func, storages: list, *, order: str = "reversed", max_blocks:
         The kernel uses an intrinsic, a storage scope or a construct the emulator does not model.
     WorkOverBudget
         The work executed so far, scaled to the grid, exceeds ``budget``.
+    EmulationTimeout
+        The emulation ran longer than ``seconds``.
     """
     run, is_gen, compiler = compile_kernel(func, DeviceMemory(), WarpOps())
     extents = thread_extents(func)
     grid, dims = _dims(extents, "blockIdx"), _dims(extents, "threadIdx")
     total = int(np.prod(grid))
-    launch = Launch_(compiler.texts, budget)
+    launch = Launch_(compiler.texts, budget, seconds)
     cooperative = is_gen and any(kind == "grid" for kind in _sync_kinds(func))
     ids = block_order(total, order, None if cooperative else max_blocks, seed)
     params = [compiler.slot(p) for p in func.params]
@@ -390,4 +401,5 @@ def _sync_kinds(func) -> set[str]:
     return kinds
 
 
-__all__ = ["DeviceMemory", "LaunchResult", "WarpOps", "WorkOverBudget", "block_order", "emulate_launch"]
+__all__ = ["DeviceMemory", "EmulationTimeout", "LaunchResult", "WarpOps", "WorkOverBudget", "block_order",
+           "emulate_launch"]

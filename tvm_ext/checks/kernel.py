@@ -38,6 +38,10 @@ from .work import (
     function_work,
 )
 
+#: Default time limit of one launch's emulation, in seconds: a kernel whose emulation would take
+#: longer (huge unrolled expressions) is listed unchecked, not waited for.
+EMULATION_SECONDS = 120.0
+
 
 @dataclass
 class EmulationVerdict:
@@ -112,7 +116,7 @@ def _reference_outputs(reference: tirx.PrimFunc, args: list, outs: list, n_in: i
 
 def emulate_function(reference: tirx.PrimFunc, scheduled: tirx.PrimFunc, target: tvm.target.Target, *,
                      name: str = "kernel", inputs: int | None = None, seed: int = 0, order: str = "reversed",
-                     max_blocks: int | None = 16) -> EmulationVerdict:
+                     max_blocks: int | None = 16, seconds: float | None = EMULATION_SECONDS) -> EmulationVerdict:
     """Emulate ``scheduled``'s device kernels for ``target`` and compare with ``reference``.
 
     Parameters
@@ -126,11 +130,16 @@ def emulate_function(reference: tirx.PrimFunc, scheduled: tirx.PrimFunc, target:
         Block order: ``"reversed"`` (default), ``"shuffled"`` or ``"forward"``.
     max_blocks : int, optional
         Emulate at most this many blocks of a launch without grid barriers.
+    seconds : float, optional
+        Time limit of each launch's emulation (:class:`~tvm_ext.checks.emulator.EmulationTimeout`
+        past it); None for none.
 
     Raises
     ------
     Unemulated
         A kernel uses something the emulator does not model.
+    EmulationTimeout
+        A launch's emulation ran past ``seconds``.
     """
     n_in, args, outs, _, rtol, atol = _setup(reference, scheduled, inputs, seed, None, None)
     if _computes_in_half(reference):    # fp16 inputs cast to a float32 output: computed in fp16
@@ -145,7 +154,7 @@ def emulate_function(reference: tirx.PrimFunc, scheduled: tirx.PrimFunc, target:
                                     order=order, max_blocks=max_blocks, seed=seed,
                                     budget=verdict.planned * EMULATION_BUDGET + Work(EMULATION_ALLOWANCE,
                                                                                       EMULATION_ALLOWANCE)
-                                    - verdict.executed)
+                                    - verdict.executed, seconds=seconds)
         except WorkOverBudget as over:
             verdict.executed = verdict.executed + over.work
             verdict.findings.append(Finding("recompute", f"{launch.kernel} executes more than {EMULATION_BUDGET:g}x "

@@ -36,7 +36,8 @@ from ..select.attrs import GENERATOR_ATTR, func_attr
 from ..testing.thread_serial import call_inputs, serialize_threads
 from ..tir import PIPELINE_NAME, has_grid_sync
 from ..toolchain import KernelUsage, resource_usage
-from .kernel import emulate_function
+from .emulator import EmulationTimeout
+from .kernel import EMULATION_SECONDS, emulate_function
 from .lints import unlowered_thread_reductions, usage_findings
 from .lowered import lower_device
 from .memory import Finding
@@ -113,9 +114,11 @@ def _was_scheduled(func: tirx.PrimFunc) -> bool:
 
 
 def check_kernel(name: str, reference: tirx.PrimFunc, scheduled: tirx.PrimFunc, target: tvm.target.Target,
-                 inputs: int | None, generator: str, usage: dict[str, KernelUsage] | None = None) -> KernelLine:
+                 inputs: int | None, generator: str, usage: dict[str, KernelUsage] | None = None,
+                 seconds: float | None = EMULATION_SECONDS) -> KernelLine:
     """Lint, emulate and (with ``usage``, ptxas's report of the built kernels) resource-check one
-    scheduled PrimFunc against ``reference``, and say what was found."""
+    scheduled PrimFunc against ``reference``, and say what was found (``seconds``: the
+    emulation's time limit per launch)."""
     findings: list[Finding] = []
     checks = ["allreduce lint"]
     unlowered = unlowered_thread_reductions(scheduled, target)
@@ -124,8 +127,8 @@ def check_kernel(name: str, reference: tirx.PrimFunc, scheduled: tirx.PrimFunc, 
                                              f"(not lowered to allreduces): {', '.join(unlowered)}"))
     try:
         launches = lower_device(scheduled, name, target)
-        verdict = emulate_function(reference, scheduled, target, name=name, inputs=inputs)
-    except Unemulated as err:
+        verdict = emulate_function(reference, scheduled, target, name=name, inputs=inputs, seconds=seconds)
+    except (Unemulated, EmulationTimeout) as err:
         return _line(name, generator, checks, findings, unchecked=str(err))
     except TVM_ERRORS as err:
         last = (str(err).strip().splitlines() or [type(err).__name__])[-1][:200]
