@@ -20,6 +20,17 @@ FIXTURES = Path(__file__).parent / "fixtures"
 TARGET = "tvm_ext/h100"
 
 
+def _staged(mod: tvm.IRModule, preset: str):
+    """Target, graph-stage module, scheduled module and the scheduled PrimFuncs' names."""
+    target = tvm.target.Target(TARGET)
+    with target:
+        stages = preset_passes(preset, target)
+        fused = tvm.transform.Sequential(stages.graph)(mod)
+        scheduled = tvm.transform.Sequential(stages.schedule)(fused)
+    names = [gv.name_hint for gv, f in scheduled.functions_items() if isinstance(f, tvm.tirx.PrimFunc)]
+    return target, fused, scheduled, names
+
+
 def test_mmoe_merged_kernel_of_6f8d79c_is_flagged_where_the_serialized_check_passed():
     """MMoE's merged subprogram kernel (H200: wrong outputs): its cross-thread reductions reached
     CUDA as plain read-modify-writes of one shared element by every thread."""
@@ -37,13 +48,7 @@ def test_mmoe_merged_kernel_of_6f8d79c_is_flagged_where_the_serialized_check_pas
                          ids=["softmax", "layer_norm", "squeeze_excite"])
 @pytest.mark.parametrize("preset", ["stitch", "baseline"])
 def test_kernels_that_are_right_pass_the_emulation(make, preset):
-    target = tvm.target.Target(TARGET)
-    mod = make()
-    with target:
-        stages = preset_passes(preset, target)
-        fused = tvm.transform.Sequential(stages.graph)(mod)
-        scheduled = tvm.transform.Sequential(stages.schedule)(fused)
-    names = [gv.name_hint for gv, f in scheduled.functions_items() if isinstance(f, tvm.tirx.PrimFunc)]
+    target, fused, scheduled, names = _staged(make(), preset)
     assert names
     for name in names:
         verdict = emulate_function(fused[name], scheduled[name], target, name=name, inputs=call_inputs(fused, name))
@@ -89,13 +94,7 @@ def _squeeze_excite_fp16(channels: int = 672, reduced: int = 28, side: int = 14)
 def test_stitched_squeeze_excite_gate_is_read_after_it_is_written():
     """The gate, one value per row, was written by `threadIdx.x < 1` into shared memory and read by
     the row's other threads with no __syncthreads between (the H200's inf on EfficientNet-B0)."""
-    target = tvm.target.Target(TARGET)
-    mod = _squeeze_excite_fp16()
-    with target:
-        stages = preset_passes("stitch", target)
-        fused = tvm.transform.Sequential(stages.graph)(mod)
-        scheduled = tvm.transform.Sequential(stages.schedule)(fused)
-    (name,) = [gv.name_hint for gv, f in scheduled.functions_items() if isinstance(f, tvm.tirx.PrimFunc)]
+    target, fused, scheduled, (name,) = _staged(_squeeze_excite_fp16(), "stitch")
     assert scheduled[name].attrs["tvm_ext.schedule_rule"].startswith("stitched")
     verdict = emulate_function(fused[name], scheduled[name], target, name=name, inputs=call_inputs(fused, name))
     assert verdict.ok, verdict.findings
@@ -111,12 +110,7 @@ def _fp16_matmul() -> tvm.IRModule:
 
 
 def _dlight_tensor_core_kernel():
-    target = tvm.target.Target(TARGET)
-    with target:
-        stages = preset_passes("baseline", target)
-        fused = tvm.transform.Sequential(stages.graph)(_fp16_matmul())
-        scheduled = tvm.transform.Sequential(stages.schedule)(fused)
-    (name,) = [gv.name_hint for gv, f in scheduled.functions_items() if isinstance(f, tvm.tirx.PrimFunc)]
+    target, fused, scheduled, (name,) = _staged(_fp16_matmul(), "baseline")
     return fused[name], scheduled[name], name, target
 
 
@@ -161,14 +155,9 @@ def test_executed_work_is_counted_and_recomputation_is_a_warning():
     """TVM's default schedule of squeeze-excite's last kernel recomputes the 1x1 convolution and the
     sigmoid for every output element (49 per channel, each by every lane of its thread group):
     right, but a recomputation (a warning)."""
-    target = tvm.target.Target(TARGET)
-    mod = squeeze_excite_module()
-    with target:
-        stages = preset_passes("baseline", target)
-        fused = tvm.transform.Sequential(stages.graph)(mod)
-        scheduled = tvm.transform.Sequential(stages.schedule)(fused)
+    target, fused, scheduled, names = _staged(squeeze_excite_module(), "baseline")
     verdicts = {name: emulate_function(fused[name], scheduled[name], target, name=name, inputs=call_inputs(fused, name))
-                for name in [gv.name_hint for gv, f in scheduled.functions_items() if isinstance(f, tvm.tirx.PrimFunc)]}
+                for name in names}
     gated = next(v for n, v in verdicts.items() if "sigmoid" in n)
     assert gated.ok and [w.kind for w in gated.warnings] == ["recompute"]
     assert gated.planned.transcendentals == 256                      # one sigmoid per channel
@@ -179,12 +168,6 @@ def test_executed_work_is_counted_and_recomputation_is_a_warning():
 def test_an_emulation_past_its_time_limit_is_listed_unchecked():
     from tvm_ext.checks.model import check_kernel
 
-    target = tvm.target.Target(TARGET)
-    mod = softmax_module()
-    with target:
-        stages = preset_passes("stitch", target)
-        fused = tvm.transform.Sequential(stages.graph)(mod)
-        scheduled = tvm.transform.Sequential(stages.schedule)(fused)
-    (name,) = [gv.name_hint for gv, f in scheduled.functions_items() if isinstance(f, tvm.tirx.PrimFunc)]
+    target, fused, scheduled, (name,) = _staged(softmax_module(), "stitch")
     line = check_kernel(name, fused[name], scheduled[name], target, call_inputs(fused, name), "stitch", seconds=0.0)
     assert line.verdict == "unchecked" and "ran past its 0 s" in line.details[-1]

@@ -33,10 +33,14 @@ class DeviceLaunch:
     args: tuple
 
 
-def lowered_module(mod: tvm.IRModule, target: tvm.target.Target) -> tvm.IRModule:
-    """``mod`` after the ``"tvm_ext"`` TIR pipeline: host functions and device kernels, no codegen."""
-    bound = tirx.transform.BindTarget(target.with_host(tvm.target.Target("llvm")))(mod)
-    passes, _, _ = tvm.tirx.get_tir_pipeline(PIPELINE_NAME)
+def lowered_module(mod: tvm.IRModule, target: tvm.target.Target, pipeline: str = PIPELINE_NAME) -> tvm.IRModule:
+    """``mod``'s PrimFuncs after a TIR pipeline (default ``"tvm_ext"``): host functions and device
+    kernels, split as ``tvm.compile`` splits them, no codegen."""
+    prims = {gv: f for gv, f in mod.functions_items() if isinstance(f, tirx.PrimFunc)}
+    host = target.host if target.host is not None else tvm.target.Target(
+        "llvm" if tvm.runtime.enabled("llvm") else "c")
+    bound = tirx.transform.BindTarget(target.with_host(host))(tvm.IRModule(prims))
+    passes, _, _ = tvm.tirx.get_tir_pipeline(pipeline)
     with target:
         return passes(bound)
 

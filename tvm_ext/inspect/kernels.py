@@ -26,6 +26,7 @@ import tvm
 import tvm_ffi
 from tvm import relax, tirx
 
+from ..checks.lowered import lowered_module
 from ..errors import TvmExtError
 from ..select.attrs import GENERATOR_ATTR, LIBRARY_KERNELS_ATTR, PLAN_ATTR, RULE_ATTR, func_attr
 from ..select.plan import plan_from_text
@@ -169,13 +170,7 @@ def device_kernels(lowered: tvm.IRModule, target: tvm.target.Target,
     prims = {gv: f for gv, f in lowered.functions_items() if isinstance(f, tirx.PrimFunc)}
     if not prims:
         return {}
-    tir_mod = tvm.IRModule(prims)
-    host = target.host if target.host is not None else tvm.target.Target(
-        "llvm" if tvm.runtime.enabled("llvm") else "c")
-    tir_mod = tirx.transform.BindTarget(target.with_host(host))(tir_mod)
-    pipeline, _, _ = tirx.get_tir_pipeline(tir_pipeline)
-    with target:
-        split = pipeline(tir_mod)
+    split = lowered_module(lowered, target, tir_pipeline)
     names = {gv.name_hint for gv in prims}
     return {gv.name_hint: host_kernel_launches(f) for gv, f in split.functions_items()
             if gv.name_hint in names and isinstance(f, tirx.PrimFunc)}
