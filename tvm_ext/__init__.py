@@ -62,16 +62,20 @@ if not RUNTIME_ONLY:
     from .toolchain import export_library
 
 
+def _register_techniques() -> None:
+    """Import the technique packages: each registers its generator (on first use of the registry)."""
+    from . import cutlass, dlight, orchestrate, stitch, subprogram, tilegraph  # noqa: F401
+
+
 def _register() -> None:
     if RUNTIME_ONLY:
         return
     from .tir import register_tir_pipeline
     from .toolchain.export import register_arch_marker
 
-    # the technique packages register their generators where the package is assembled (the
-    # selection spine never imports a generator)
-    from . import cutlass, dlight, orchestrate, stitch, subprogram, tilegraph  # noqa: F401
+    from .select.generator import add_builtin_loader
 
+    add_builtin_loader(_register_techniques)
     register_arch_marker()  # CUDA source records its arch: export_library compiles it for that GPU
     register_target_tags()
     register_builtin_presets()

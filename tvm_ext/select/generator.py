@@ -141,6 +141,7 @@ def get_generator(name: str) -> Generator:
     GeneratorError
         No such generator; the message lists the registered ones.
     """
+    _load_builtin()
     try:
         return _REGISTRY[name]
     except KeyError:
@@ -149,8 +150,25 @@ def get_generator(name: str) -> Generator:
 
 def list_generators() -> list[str]:
     """Names of the registered generators."""
+    _load_builtin()
     return sorted(_REGISTRY)
 
 
+_BUILTIN_LOADERS: list = []
+
+
+def add_builtin_loader(load) -> None:
+    """``load()`` registers generators on first use of the registry (the package's assembly gives
+    the built-in techniques this way: the spine never imports a generator, and importing the
+    package does not import CUTLASS's Python library)."""
+    _BUILTIN_LOADERS.append(load)
+
+
+def _load_builtin() -> None:
+    while _BUILTIN_LOADERS:
+        _BUILTIN_LOADERS.pop(0)()
+
+
 __all__ = ["Generator", "GeneratorError", "LibraryGenerator", "ScheduleRefused", "ScheduledKernel",
-           "TirGenerator", "get_generator", "list_generators", "register_generator", "unregister_generator"]
+           "TirGenerator", "add_builtin_loader", "get_generator", "list_generators", "register_generator",
+           "unregister_generator"]
