@@ -84,7 +84,22 @@ def _const(expr) -> float:
 
 
 class _Counter:
+    """Counts over expression DAGs: a shared subexpression is counted once per reference but
+    walked once (the fused functions of recurrent models share deep subtrees)."""
+
+    def __init__(self) -> None:
+        self._memo: dict[int, list] = {}
+
     def expr(self, e) -> Work:
+        bucket = self._memo.setdefault(hash(e), [])
+        for node, work in bucket:
+            if node.same_as(e):
+                return work
+        work = self._expr(e)
+        bucket.append((e, work))
+        return work
+
+    def _expr(self, e) -> Work:
         kind = type(e).__name__
         if kind in ("IntImm", "FloatImm", "StringImm", "Var"):
             return Work()
