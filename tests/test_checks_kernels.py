@@ -171,3 +171,26 @@ def test_an_emulation_past_its_time_limit_is_listed_unchecked():
     target, fused, scheduled, (name,) = _staged(softmax_module(), "stitch")
     line = check_kernel(name, fused[name], scheduled[name], target, call_inputs(fused, name), "stitch", seconds=0.0)
     assert line.verdict == "unchecked" and "ran past its 0 s" in line.details[-1]
+
+
+def test_verify_checks_a_hand_scheduled_prim_func_of_a_relax_module():
+    """A user's own scheduled PrimFunc, called from Relax, is checked against its thread-serialized form."""
+    from tvm import relax
+
+    from tvm_ext.checks.model import verify
+
+    _, _, scheduled, (name,) = _staged(softmax_module(), "stitch")
+    func = scheduled[name]
+    for attr in ("tvm_ext.generator", "tvm_ext.plan", "tvm_ext.schedule_rule"):
+        func = func.without_attr(attr)
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((8, 12, 128, 128), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            gv = bb.add_func(func, "my_softmax")
+            y = bb.emit_output(relax.call_tir(gv, (x,), relax.TensorType((8, 12, 128, 128), "float32")))
+        bb.emit_func_output(y)
+    report = verify(bb.get(), TARGET, "baseline")
+    (line,) = report.lines
+    assert (line.kernel, line.generator, line.verdict) == ("my_softmax", "hand-written", "ok")
+    assert "emulated" in line.checks

@@ -7,8 +7,8 @@ block that reads what a lower-numbered block writes, without a grid barrier betw
 poison. A kernel with grid barriers keeps every block alive: each runs to its next grid barrier,
 then the next block, then all go on. Between two barriers every shared and global access is
 logged; at the barrier the interval's races are reported (:func:`tvm_ext.checks.memory.races`),
-per block for threads and per grid interval for blocks. Shuffles check that every lane their
-mask names takes part and that the lane read from does.
+per block for threads and per grid interval for blocks. A shuffle whose mask names a lane that
+does not execute it is a finding; a value read from such a lane is poison.
 
 Large grids without grid barriers are sampled (``max_blocks``, 16 by default: first, last and evenly spread
 blocks); the report says how many blocks ran.
@@ -45,21 +45,8 @@ class DeviceMemory:
     def load(self, view: BufferView, index, b: BlockRun, stmt: int, lanes: int = 1):
         flat, rows = self._address(view, index, b, stmt, lanes)
         out = np.zeros((b.threads,) if lanes == 1 else (b.threads, lanes), dtype=view.dtype)
-        if flat is None:
-            return out
-        st = view.storage
-        values = st.view(view.dtype)[flat]
-        out[rows] = values
-        if st.scope == "global":
-            b.launch.count(global_loads=flat.size)
-        if st.init is not None:
-            starts = flat * view.dtype.itemsize
-            if not st.init[starts].all():
-                bad = int(starts[~st.init[starts]].ravel()[0]) // view.dtype.itemsize
-                b.report(Finding("uninitialised", f"'{st.name}[{bad}]' is read before anything writes it: "
-                                                  f"{b.launch.text(stmt)}"), key=("init", st.name, stmt))
-        if st.logged:
-            b.log_access(st, flat, rows, False, bits(values), None, stmt, view.dtype.itemsize)
+        if flat is not None:
+            out[rows] = b.read(view.storage, view.dtype, flat, _actors(rows, flat), stmt)
         return out
 
     def store(self, view: BufferView, index, value, b: BlockRun, stmt: int, lanes: int = 1) -> None:
@@ -68,18 +55,7 @@ class DeviceMemory:
             return
         shape = (b.threads,) if lanes == 1 else (b.threads, lanes)
         values = np.broadcast_to(np.asarray(value).astype(view.dtype, copy=False), shape)[rows]
-        st = view.storage
-        if not st.logged and st.scope == "global":
-            st.logged = True        # an input written: its accesses count from now on
-        data = st.view(view.dtype)
-        old = data[flat].copy() if st.logged else None
-        data[flat] = values
-        if st.init is not None:
-            starts = (flat * view.dtype.itemsize).ravel()
-            for k in range(view.dtype.itemsize):
-                st.init[starts + k] = True
-        if st.logged:
-            b.log_access(st, flat, rows, True, bits(values), bits(old), stmt, view.dtype.itemsize)
+        b.write(view.storage, view.dtype, flat, values, _actors(rows, flat), stmt)
 
     @staticmethod
     def _address(view: BufferView, index, b: BlockRun, stmt: int, lanes: int):
@@ -162,6 +138,11 @@ class WarpOps:
         return out
 
 
+def _actors(rows: np.ndarray, flat: np.ndarray) -> np.ndarray:
+    """The thread of each element of an access (``flat`` is ``(rows,)`` or ``(rows, lanes)``)."""
+    return np.repeat(rows, flat.shape[1]) if flat.ndim == 2 else rows
+
+
 def _poison(dtype: np.dtype):
     """The poison value of ``dtype``: every byte 0xFF (NaN for floats, -1 for signed integers)."""
     return np.frombuffer(bytes([POISON]) * dtype.itemsize, dtype=dtype)[0]
@@ -186,12 +167,12 @@ class EmulationTimeout(Exception):
 class WorkOverBudget(Exception):
     """The launch executes more work than its budget (a recomputation blow-up); emulation stopped."""
 
-    def __init__(self, work: Work, blocks_run: int) -> None:
-        super().__init__(f"over budget after {blocks_run} blocks")
-        self.work, self.blocks_run = work, blocks_run
+    def __init__(self, work: Work) -> None:
+        super().__init__("over its work budget")
+        self.work = work
 
 
-class Launch_:
+class LaunchState:
     """State of one launch shared by its blocks: statement texts, findings, inter-block summaries."""
 
     def __init__(self, texts: list[str], budget: Work | None = None, seconds: float | None = None) -> None:
@@ -212,7 +193,7 @@ class Launch_:
         self.transcendentals += transcendentals
         self.global_loads += global_loads
         if self.over_budget(self.scale):
-            raise WorkOverBudget(Work(self.transcendentals * self.scale, self.global_loads * self.scale), 0)
+            raise WorkOverBudget(Work(self.transcendentals * self.scale, self.global_loads * self.scale))
         if self.deadline is not None and time.monotonic() > self.deadline:
             raise EmulationTimeout(f"the emulation ran past its {self.seconds:g} s")
 
@@ -250,7 +231,7 @@ class Launch_:
 class BlockRun:
     """One thread block in flight: its environment, mask, shared memory, registers and log."""
 
-    def __init__(self, launch: Launch_, nslots: int, block: int, grid: tuple, dims: tuple) -> None:
+    def __init__(self, launch: LaunchState, nslots: int, block: int, grid: tuple, dims: tuple) -> None:
         self.launch, self.block = launch, block
         self.env: list = [None] * nslots
         self.threads = int(np.prod(dims))
@@ -284,12 +265,41 @@ class BlockRun:
                                            f"barrier reached by {int(self.mask.sum())} of {self.threads} threads: "
                                            f"{self.launch.text(stmt)}"), key=("barrier", stmt))
 
-    def log_access(self, st: Storage, flat, rows, write: bool, values, old, stmt: int, itemsize: int) -> None:
-        lanes = flat.shape[1] if flat.ndim == 2 else 1
-        actor = np.repeat(rows, lanes) if lanes > 1 else rows
+    def read(self, st: Storage, dtype: np.dtype, flat: np.ndarray, actor: np.ndarray, stmt: int) -> np.ndarray:
+        """Elements ``flat`` of ``st`` read by ``actor`` (one per element): counted, checked for
+        initialisation, logged."""
+        values = st.view(dtype)[flat]
+        if st.scope == "global":
+            self.launch.count(global_loads=flat.size)
+        starts = flat * dtype.itemsize
+        if st.init is not None and not st.init[starts].all():
+            bad = int(starts[~st.init[starts]].ravel()[0]) // dtype.itemsize
+            self.report(Finding("uninitialised", f"'{st.name}[{bad}]' is read before anything writes it: "
+                                                 f"{self.launch.text(stmt)}"), key=("init", st.name, stmt))
+        if st.logged:
+            self._log(st, starts, actor, False, bits(values), bits(values), stmt)
+        return values
+
+    def write(self, st: Storage, dtype: np.dtype, flat: np.ndarray, values: np.ndarray, actor: np.ndarray,
+              stmt: int) -> None:
+        """``values`` stored at elements ``flat`` of ``st`` by ``actor``: marked initialised, logged
+        (an input written is logged from then on)."""
+        if not st.logged and st.scope == "global":
+            st.logged = True
+        data = st.view(dtype)
+        old = data[flat].copy()
+        data[flat] = values
+        starts = flat * dtype.itemsize
+        if st.init is not None:
+            for k in range(dtype.itemsize):
+                st.init[starts + k] = True
+        if st.logged:
+            self._log(st, starts, actor, True, bits(values), bits(old), stmt)
+
+    def _log(self, st: Storage, starts, actor, write: bool, values, old, stmt: int) -> None:
         self.launch.seq += 1
-        self.log.setdefault(st, []).append(Record((flat * itemsize).ravel(), actor, write, values.ravel(),
-                                                  values.ravel() if old is None else old.ravel(), self.launch.seq, stmt))
+        self.log.setdefault(st, []).append(Record(starts.ravel(), actor, write, values.ravel(), old.ravel(),
+                                                  self.launch.seq, stmt))
 
     def end_interval(self) -> None:
         """A barrier: races among this block's threads, global accesses summarised for blocks."""
@@ -339,7 +349,7 @@ def emulate_launch(func, storages: list, *, order: str = "reversed", max_blocks:
     extents = thread_extents(func)
     grid, dims = _dims(extents, "blockIdx"), _dims(extents, "threadIdx")
     total = int(np.prod(grid))
-    launch = Launch_(compiler.texts, budget, seconds)
+    launch = LaunchState(compiler.texts, budget, seconds)
     cooperative = is_gen and any(kind == "grid" for kind in _sync_kinds(func))
     ids = block_order(total, order, None if cooperative else max_blocks, seed)
     params = [compiler.slot(p) for p in func.params]
@@ -350,24 +360,15 @@ def emulate_launch(func, storages: list, *, order: str = "reversed", max_blocks:
             b.env[slot] = (st, 0) if isinstance(st, Storage) else st
         return b, (run(b) if is_gen else _plain(run, b))
 
-    def check_budget(scale: float, blocks_run: int) -> None:
-        if launch.over_budget(scale):
-            raise WorkOverBudget(Work(launch.transcendentals * scale, launch.global_loads * scale), blocks_run)
-
-    if not cooperative:
+    if not cooperative:     # the counts are scaled to the grid as the blocks run (the budget is checked in count)
         for done, i in enumerate(ids, 1):
             launch.scale = total / done
             _to_grid_barrier(*start(i))
-            check_budget(total / done, done)
         launch.end_grid_interval()
     else:
         alive = [start(i) for i in ids]
         while alive:
-            parked = []
-            for b, g in alive:
-                if _to_grid_barrier(b, g):
-                    parked.append((b, g))
-                check_budget(1.0, total)
+            parked = [(b, g) for b, g in alive if _to_grid_barrier(b, g)]
             if parked and len(parked) != len(alive):
                 launch.report(Finding("grid_barrier", f"{len(parked)} of {len(alive)} blocks wait at a grid barrier "
                                                       "the others never reach (a deadlock on the GPU)"))

@@ -85,12 +85,9 @@ class EmulationVerdict:
 
 
 def _storage(param, value: np.ndarray | None) -> Storage:
-    dt = element_dtype(param.ty.dtype)
-    size = int(np.prod([int(d) for d in param.ty.shape])) if len(param.ty.shape) else 1
-    st = Storage(param.name, size * dt.itemsize, "global", initialised=value is not None, itemsize=dt.itemsize)
-    if value is not None:
-        st.data[:value.nbytes] = np.ascontiguousarray(value).reshape(-1).view(np.uint8)
-    return st
+    shape = [int(d) for d in param.ty.shape]
+    array = value if value is not None else np.empty(shape, dtype=element_dtype(param.ty.dtype))
+    return Storage.global_tensor(param.name, array, initialised=value is not None)
 
 
 def _work_text(executed: Work, planned: Work) -> str:
@@ -194,8 +191,6 @@ def emulate_function(reference: tirx.PrimFunc, scheduled: tirx.PrimFunc, target:
     return verdict
 
 
-
-
 def run_device_kernel(func: tirx.PrimFunc, args: list, *, poisoned: set[int] = frozenset(), order: str = "reversed",
                       max_blocks: int | None = None, seed: int = 0):
     """Emulate one lowered device kernel on numpy arrays (hand-written kernels, tests).
@@ -205,19 +200,8 @@ def run_device_kernel(func: tirx.PrimFunc, args: list, *, poisoned: set[int] = f
     uninitialised, whatever they hold. Returns the :class:`~tvm_ext.checks.emulator.LaunchResult`
     and every argument's final contents (arrays, in order; scalars as given).
     """
-    storages = []
-    for i, a in enumerate(args):
-        if isinstance(a, np.ndarray):
-            st = Storage(f"arg{i}", a.nbytes, "global", initialised=i not in poisoned, itemsize=a.dtype.itemsize)
-            if i not in poisoned:
-                st.data[:a.nbytes] = np.ascontiguousarray(a).reshape(-1).view(np.uint8)
-            storages.append(st)
-        else:
-            storages.append(a)
-    names = [p.name for p in func.params]
-    for name, st in zip(names, storages):
-        if isinstance(st, Storage):
-            st.name = name.removesuffix("_ptr")
+    storages = [Storage.global_tensor(p.name.removesuffix("_ptr"), a, initialised=i not in poisoned)
+                if isinstance(a, np.ndarray) else a for i, (p, a) in enumerate(zip(func.params, args))]
     result = emulate_launch(func, storages, order=order, max_blocks=max_blocks, seed=seed)
     out = [st.view(a.dtype)[:a.size].reshape(a.shape).copy() if isinstance(a, np.ndarray) else a
            for a, st in zip(args, storages)]

@@ -25,8 +25,9 @@ RACES_PER_INTERVAL = 4
 class Finding:
     """One problem the emulation found.
 
-    ``kind`` is one of ``race``, ``uninitialised``, ``out_of_bounds``, ``barrier``, ``shuffle``,
-    ``grid_barrier``, ``mismatch``.
+    ``kind``: about correctness ``race``, ``uninitialised``, ``out_of_bounds``, ``barrier``,
+    ``shuffle``, ``grid_barrier``, ``assert``, ``mismatch``, ``reduction``, ``co_residency``; about
+    cost (:data:`~tvm_ext.checks.work.PERFORMANCE_KINDS`) ``recompute``, ``spill``.
     """
 
     kind: str
@@ -48,6 +49,14 @@ class Storage:
         #: Read-only inputs are not logged (no race without a write) until something stores to them.
         self.logged = scope != "local" and not (initialised and scope == "global")
         self._views: dict = {}
+
+    @classmethod
+    def global_tensor(cls, name: str, array: np.ndarray, *, initialised: bool) -> Storage:
+        """A kernel argument in global memory holding ``array`` (poisoned instead when not ``initialised``)."""
+        st = cls(name, array.nbytes, "global", initialised=initialised, itemsize=array.dtype.itemsize)
+        if initialised:
+            st.data[:array.nbytes] = np.ascontiguousarray(array).reshape(-1).view(np.uint8)
+        return st
 
     def view(self, dtype: np.dtype) -> np.ndarray:
         """The bytes as a flat array of ``dtype`` (shared memory: writes through it land in the bytes)."""
@@ -137,7 +146,7 @@ def _hazard(idx: np.ndarray, actor, write, value, old) -> tuple[int, int] | None
     before = old[first] if write[first] else value[first]
     seen: set = set()
     wrote: set = set()
-    writer = other = None
+    writer = None
     for i in idx:
         seen.add(int(value[i]))
         if write[i]:

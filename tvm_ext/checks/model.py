@@ -25,13 +25,14 @@ from pathlib import Path
 from typing import Any
 
 import tvm
-from tvm import relax, tirx
+from tvm import tirx
 
 from ..driver.library_calls import library_calls
 from ..driver.pipeline import load_module
 from ..driver.stages import build
 from ..errors import TVM_ERRORS, KernelCompileError
 from ..hardware import resolve_target
+from ..inspect.kernels import primfunc_calls
 from ..select.attrs import GENERATOR_ATTR, func_attr
 from ..testing.thread_serial import call_inputs, serialize_threads
 from ..tir import PIPELINE_NAME, has_grid_sync
@@ -93,20 +94,6 @@ class VerifyReport:
     def to_json(self) -> dict[str, Any]:
         return {"preset": self.preset, "target": self.target, "counts": self.counts(), "notes": self.notes,
                 "kernels": [dict(line.__dict__, details=list(line.details)) for line in self.lines]}
-
-
-def _called_prim_funcs(mod: tvm.IRModule) -> list[str]:
-    call_tir = tvm.ir.Op.get("relax.call_tir")
-    names: list[str] = []
-
-    def visit(expr) -> None:
-        if isinstance(expr, relax.Call) and expr.op.same_as(call_tir) and expr.args[0].name_hint not in names:
-            names.append(expr.args[0].name_hint)
-
-    for _, func in mod.functions_items():
-        if isinstance(func, relax.Function):
-            relax.analysis.post_order_visit(func.body, visit)
-    return names
 
 
 def _was_scheduled(func: tirx.PrimFunc) -> bool:
@@ -191,7 +178,7 @@ def verify(model: tvm.IRModule | str | Path, target: str | tvm.target.Target | N
     mod = load_module(model, shapes=shapes, fp16=fp16, bind=bind)
     staged = build(mod, tgt, preset, link=False)
     report = VerifyReport(staged.preset.name, str(tgt.attrs.get("model", tgt.kind.name)))
-    names = _called_prim_funcs(staged.scheduled)
+    names = list(primfunc_calls(staged.scheduled))
     say("ptxas", 0, len(names) + 2)
     usage, why = _usage(staged.scheduled, names, tgt) if names else ({}, "")
     if usage is None:

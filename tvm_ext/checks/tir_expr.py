@@ -98,7 +98,10 @@ _BINARY_MATH = {"pow": np.power, "fmod": np.fmod, "atan2": np.arctan2, "copysign
 _EXTERN = {"__expf": "exp", "expf": "exp", "hexp": "exp", "__logf": "log", "logf": "log", "hlog": "log",
            "sqrtf": "sqrt", "hsqrt": "sqrt", "rsqrtf": "rsqrt", "hrsqrt": "rsqrt", "tanhf": "tanh",
            "__tanhf": "tanh", "erff": "erf", "fabsf": "fabs", "__habs": "fabs", "floorf": "floor",
-           "ceilf": "ceil", "__frcp_rn": None}
+           "ceilf": "ceil"}
+#: Intrinsic calls that are the binary node kinds of :func:`_binary`.
+_INTRINSIC_BINARY = {"shift_left": "LShift", "shift_right": "RShift", "bitwise_and": "BitwiseAnd",
+                     "bitwise_or": "BitwiseOr", "bitwise_xor": "BitwiseXor"}
 
 
 def dtype_of(expr) -> np.dtype:
@@ -122,7 +125,7 @@ class ExprCompiler:
         method = getattr(self, "_" + kind, None)
         if method is not None:
             return method(e)
-        op = _binary(kind, dtype_of(e.a) if hasattr(e, "a") else np.dtype("int32")) if hasattr(e, "b") else None
+        op = _binary(kind, dtype_of(e.a)) if hasattr(e, "b") else None
         if op is not None:
             return self._binop(e, op)
         raise Unemulated(f"expression {kind} is not emulated")
@@ -142,8 +145,10 @@ class ExprCompiler:
         return lambda b: b.env[i]
 
     def _binop(self, e, op):
-        fa, fb, dt = self(e.a), self(e.b), dtype_of(e)
+        return self._apply(op, self(e.a), self(e.b), dtype_of(e))
 
+    @staticmethod
+    def _apply(op, fa, fb, dt):
         def run(b):
             with np.errstate(all="ignore"):
                 return _fix(op(fa(b), fb(b)), dt)
@@ -209,8 +214,8 @@ class ExprCompiler:
         indices = [int(i) for i in e.indices]
 
         def run(b):
-            whole = np.concatenate([np.atleast_1d(np.asarray(p(b)))[..., None] if np.ndim(p(b)) < 1 else np.asarray(p(b))
-                                    for p in parts], axis=-1)
+            values = [np.asarray(p(b)) for p in parts]     # each part once: loads log and count
+            whole = np.concatenate([v[..., None] if v.ndim < 1 else v for v in values], axis=-1)
             picked = whole[..., indices]
             return picked[..., 0] if len(indices) == 1 else picked
         return run
@@ -269,11 +274,8 @@ class ExprCompiler:
             mask, value, lane, width = (self(a) for a in args[:4])
             stmt = self.stmt
             return lambda b: self.warp.shuffle(b, mode, mask(b), value(b), lane(b), width(b), stmt)
-        if name in ("shift_left", "shift_right", "bitwise_and", "bitwise_or", "bitwise_xor"):
-            op = {"shift_left": np.left_shift, "shift_right": np.right_shift, "bitwise_and": np.bitwise_and,
-                  "bitwise_or": np.bitwise_or, "bitwise_xor": np.bitwise_xor}[name]
-            fa, fb = self(args[0]), self(args[1])
-            return lambda b: _fix(op(fa(b), fb(b)), dt)
+        if name in _INTRINSIC_BINARY:
+            return self._apply(_binary(_INTRINSIC_BINARY[name], dt), self(args[0]), self(args[1]), dt)
         if name == "bitwise_not":
             fa = self(args[0])
             return lambda b: np.invert(fa(b))

@@ -154,7 +154,8 @@ class StmtCompiler:
                     frag = b.local[key] = Fragment(name, scope, dt, size * lanes, -(-b.threads // 32), mnk)
                 b.env[i] = frag
         else:
-            raise Unemulated(f"'{name}' in storage scope {scope} is not emulated")
+            raise Unemulated(f"'{name}' in storage scope {scope} is not emulated"
+                             + (" (a fragment without its fragment_shape)" if scope.startswith("wmma.") else ""))
         return run, False
 
     def _Bind(self, s):
@@ -182,6 +183,8 @@ class StmtCompiler:
         sync = is_sync(s)
         stmt = self._stmt_id(s)
         self.expr.stmt = stmt
+        if sync is not None and sync not in ("block", "warp", "grid"):
+            raise Unemulated(f"a '{sync}' storage barrier is not emulated")
         if sync is not None:
             def gen(b):
                 b.arrive(sync, stmt)

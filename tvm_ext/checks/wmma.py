@@ -14,8 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .memory import Finding, Record, Storage
-from .values import bits
+from .memory import Finding, Storage
 
 WARP = 32
 #: The WMMA intrinsics the emulator runs.
@@ -121,34 +120,19 @@ class TensorCoreOps:
 
     @staticmethod
     def _memory(b, w: int, ptr: AccessPtr, elements: np.ndarray, tile: np.ndarray | None, stmt: int) -> np.ndarray:
+        """Read (``tile`` None) or write a tile through ``ptr``; the warp's first thread is the actor."""
         st, dt = ptr.storage, ptr.dtype
-        data = st.view(dt)
         flat = elements.ravel()
-        if flat.min() < 0 or flat.max() >= data.size:
+        size = st.view(dt).size
+        if flat.min() < 0 or flat.max() >= size:
             b.report(Finding("out_of_bounds", f"'{st.name}' accessed at element {int(flat.max())} outside its "
-                                              f"{data.size}: {b.launch.text(stmt)}"), key=("oob", st.name, stmt))
-            flat = np.clip(flat, 0, data.size - 1)
+                                              f"{size}: {b.launch.text(stmt)}"), key=("oob", st.name, stmt))
+            flat = np.clip(flat, 0, size - 1)
         actor = np.full(flat.size, w * WARP, dtype=np.int64)
-        starts = flat * dt.itemsize
         if tile is None:
-            values = data[flat]
-            if st.init is not None and not st.init[starts].all():
-                b.report(Finding("uninitialised", f"'{st.name}' is read before anything writes it: "
-                                                  f"{b.launch.text(stmt)}"), key=("init", st.name, stmt))
-            if st.logged:
-                b.launch.seq += 1
-                b.log.setdefault(st, []).append(Record(starts, actor, False, bits(values), bits(values), b.launch.seq, stmt))
-            return values.reshape(elements.shape)
+            return b.read(st, dt, flat, actor, stmt).reshape(elements.shape)
         values = tile.astype(dt).ravel()
-        old = data[flat].copy()
-        data[flat] = values
-        if st.init is not None:
-            for i in range(dt.itemsize):
-                st.init[starts + i] = True
-        if st.logged or st.scope == "global":
-            st.logged = True
-            b.launch.seq += 1
-            b.log.setdefault(st, []).append(Record(starts, actor, True, bits(values), bits(old), b.launch.seq, stmt))
+        b.write(st, dt, flat, values, actor, stmt)
         return values
 
 
