@@ -1,4 +1,4 @@
-"""Join the Nsight Compute profiles of `scripts/gpu_measure.sh` with their bundle's manifest.
+"""Join the Nsight Compute profiles of a GPU run (`scripts/gpu_run.sh`) with their bundle's manifest.
 
     python3 scripts/kernel_report.py BUNDLE MEASURED_DIR --device h200 \
         [--out bench/results/NAME] [--database bench/measurements/h200.jsonl]
@@ -40,7 +40,7 @@ def profiles(measured: Path) -> dict[str, str]:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("bundle")
-    p.add_argument("measured", help="OUT_DIR of scripts/gpu_measure.sh")
+    p.add_argument("measured", help="OUT of scripts/gpu_run.sh (its ncu/ folder)")
     p.add_argument("--device", required=True, help="device description the GPU was (h100, h200)")
     p.add_argument("--out", default=None, help="output stem (default MEASURED/kernels)")
     p.add_argument("--database", default=None, help="append measurement records to this database")

@@ -296,6 +296,12 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     return run_command(args)
 
 
+def _cmd_gpu_run(args: argparse.Namespace) -> int:
+    from .bench.cli_gpu_run import run_command
+
+    return run_command(args)
+
+
 def _cmd_demo(args: argparse.Namespace) -> int:
     from .inspect.demo import DEMO_STEPS, run_demo
 
@@ -401,6 +407,13 @@ def build_parser() -> argparse.ArgumentParser:
     _add_bench_arguments(p, DEFAULT_TARGET)
     p.set_defaults(func=_cmd_bench)
 
+    p = sub.add_parser("gpu-run", help="one prepared GPU run: build and plan here, execute on the GPU machine "
+                                       "(one process per model and preset), ingest the results")
+    from .bench.cli_gpu_run import add_arguments as _add_gpu_run_arguments
+
+    _add_gpu_run_arguments(p)
+    p.set_defaults(func=_cmd_gpu_run)
+
     p = sub.add_parser("demo", help="bundled BERT layer: baseline and a preset compiled for CUDA, checked on "
                                     "the CPU, compared")
     p.add_argument("--target", default=DEFAULT_TARGET, help=f"GPU target or tag (default {DEFAULT_TARGET})")
@@ -418,7 +431,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
         if args.command is None:
             raise UsageError("tvm-ext: a command is required "
-                             "(compile, run, inspect, compare, check, measure, presets, devices, bench, demo)")
+                             "(compile, run, inspect, compare, check, verify, measure, presets, devices, bench, gpu-run, "
+                             "demo)")
         logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, stream=sys.stderr,
                             format="%(levelname)s %(name)s: %(message)s")
         with _tf32_scope(args):

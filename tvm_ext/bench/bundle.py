@@ -29,7 +29,7 @@ PACKAGE = Path(__file__).resolve().parents[1]          # tvm_ext/
 REPO = PACKAGE.parent
 #: Modules of :mod:`tvm_ext.bench` the measuring machine needs (numpy + TVM runtime only).
 RUNTIME_MODULES = ("__init__", "inputs", "weights", "numerics", "timing", "manifest", "model_data", "results",
-                   "tvm_runner", "torch_runner", "run", "kernel_profile")
+                   "tvm_runner", "torch_runner", "run", "kernel_profile", "dry_run", "gpu_steps", "gpu_execute")
 #: Modules of :mod:`tvm_ext.deploy` they use (TVM without its compiler).
 DEPLOY_MODULES = ("__init__", "runtime")
 _PKG_INIT = '''"""tvm_ext, runtime side only: the benchmark harness of a bundle (see bench/run.py)."""

@@ -6,6 +6,8 @@ TVM. Systems:
 
 * ``torch-eager`` — the module in the bundle's dtype (fp16 bundles: ``module.half()``);
 * ``torch-compile`` — ``torch.compile(module)`` (default mode);
+* ``torch-compile-reduce-overhead`` — ``torch.compile(module, mode="reduce-overhead")`` (CUDA
+  graphs, without max-autotune's kernel search);
 * ``torch-compile-max-autotune`` — ``torch.compile(module, mode="max-autotune")``
   (which uses CUDA graphs on GPUs);
 * ``torch-eager+cudagraph`` — the eager module captured into one CUDA graph (with
@@ -37,9 +39,10 @@ from .tvm_runner import Measurement
 
 log = logging.getLogger(__name__)
 
-SYSTEMS = ("torch-eager", "torch-compile", "torch-compile-max-autotune")
+SYSTEMS = ("torch-eager", "torch-compile", "torch-compile-reduce-overhead", "torch-compile-max-autotune")
 CUDA_GRAPH_SYSTEM = "torch-eager+cudagraph"
-_COMPILE_MODES = {"torch-compile": "default", "torch-compile-max-autotune": "max-autotune"}
+_COMPILE_MODES = {"torch-compile": "default", "torch-compile-reduce-overhead": "reduce-overhead",
+                  "torch-compile-max-autotune": "max-autotune"}
 
 
 class TorchEventTimer:

@@ -1,0 +1,227 @@
+"""The steps of a prepared GPU run and their planned device seconds (build-host side).
+
+Each estimate says where it comes from, most reliable first:
+
+1. **a recorded step** - the wall time of the same step (kind, model, systems) in the newest
+   ``bench/results/*_steps.jsonl`` that the ingest of an earlier run wrote;
+2. **recorded medians** - for measurement steps: an assumed process start, the weights
+   regenerated at the rate measured on this machine, and the timed runs at the newest measured
+   median of that (model, system) in ``bench/results/*.jsonl`` (else its modelled time times the
+   2.9x optimism the first H200 run measured, ``bench/results/README.md``);
+3. **assumed** - a stated constant (:data:`ASSUMED_S`), for steps never recorded.
+"""
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .gpu_steps import Step
+from .manifest import BuildEntry, Manifest, ModelEntry
+
+#: Assumed seconds where nothing was recorded yet; replaced by recorded step times after a run.
+ASSUMED_S = {"process": 4.0, "sanitize": 25.0, "torch-eager": 10.0, "torch-compile": 60.0, "ncu_start": 15.0,
+             "ncu_per_kernel": 0.5}
+#: Measured optimism of the analytic model on the first H200 run (geometric mean over 60 profiled
+#: functions, ``bench/results/README.md``): a modelled time is scaled by it when nothing was measured.
+MODEL_OPTIMISM = 2.9
+#: A step is killed after this many times its plan (and never before :data:`MIN_TIMEOUT_S`).
+TIMEOUT_FACTOR, MIN_TIMEOUT_S = 3.0, 30.0
+SANITIZER_TOOLS = ("memcheck", "racecheck", "synccheck")
+
+
+@dataclass
+class History:
+    """What earlier GPU runs recorded: step wall times and measured medians."""
+
+    step_s: dict[tuple[str, str | None, tuple[str, ...]], tuple[float, str]]
+    median_ms: dict[tuple[str, str], tuple[float, str]]
+
+    @classmethod
+    def load(cls, results: Path) -> History:
+        """Read ``results/*.jsonl`` (newest file wins per key); empty when there is no such directory."""
+        steps: dict = {}
+        medians: dict = {}
+        for path in sorted(results.glob("*.jsonl")) if results.is_dir() else []:
+            for line in path.read_text().splitlines():
+                r = json.loads(line)
+                if r.get("dry_run"):
+                    continue
+                if path.name.endswith("_steps.jsonl") and r.get("wall_s") and r.get("status") == "ok":
+                    steps[(r["kind"], r.get("model"), tuple(r.get("systems") or ()))] = (float(r["wall_s"]), path.name)
+                elif r.get("median_ms") and "model" in r and "system" in r:
+                    medians[(r["model"], r["system"])] = (float(r["median_ms"]), path.name)
+        return cls(steps, medians)
+
+
+def weight_rate_per_s(elements: int = 4_000_000) -> float:
+    """Weight elements this machine regenerates per second (numpy normal draws, cast to float16)."""
+    rng = np.random.default_rng(0)
+    start = time.perf_counter()
+    rng.standard_normal(elements).astype(np.float32).astype(np.float16)
+    return elements / max(time.perf_counter() - start, 1e-6)
+
+
+class Estimator:
+    """Planned seconds of steps, with their source (see the module docstring)."""
+
+    def __init__(self, history: History, weight_rate: float, *, runs: int, warmup: int, repeat: bool):
+        self.history, self.weight_rate = history, weight_rate
+        self.runs, self.warmup, self.repeat = runs, warmup, repeat
+
+    def recorded(self, kind: str, model: str | None, systems: Sequence[str]) -> tuple[float, str] | None:
+        """The recorded wall time of this step, if any."""
+        hit = self.history.step_s.get((kind, model, tuple(systems)))
+        return (hit[0], f"recorded step ({hit[1]})") if hit else None
+
+    def measure(self, entry: ModelEntry, builds: Sequence[BuildEntry], kind: str = "measure") -> tuple[float, str]:
+        """One process checking and timing ``builds`` of ``entry``."""
+        systems = [b.system for b in builds]
+        hit = self.recorded(kind, entry.name, systems)
+        if hit:
+            return hit
+        seconds = ASSUMED_S["process"] + entry.weight_bytes / 2 / self.weight_rate
+        sources = {"process start assumed", "weights at the rate measured here"}
+        timed = 2 + (self.warmup + self.runs) * (2 if self.repeat else 1)
+        for b in builds:
+            got = self.history.median_ms.get((entry.name, b.system))
+            if got:
+                ms, src = got[0], f"median of {got[1]}"
+            elif b.modelled_time_s:
+                ms, src = b.modelled_time_s * 1e3 * MODEL_OPTIMISM, f"modelled x {MODEL_OPTIMISM}"
+            else:
+                ms, src = 10.0, "10 ms assumed"
+            seconds += timed * ms / 1e3
+            sources.add(src)
+        return seconds, "; ".join(sorted(sources))
+
+    def fixed(self, kind: str, model: str | None, systems: Sequence[str], assumed: float) -> tuple[float, str]:
+        """A step priced by its record or, never recorded, by an assumed constant."""
+        return self.recorded(kind, model, systems) or (assumed, "assumed")
+
+
+def timeout_for(estimate_s: float) -> float:
+    """The time limit of a step planned at ``estimate_s``."""
+    return round(max(MIN_TIMEOUT_S, TIMEOUT_FACTOR * estimate_s), 1)
+
+
+def _step(id: str, kind: str, argv: list[str], est: tuple[float, str], **kw) -> Step:
+    return Step(id=id, kind=kind, argv=argv, estimate_s=round(est[0], 1), estimate_from=est[1],
+                timeout_s=timeout_for(est[0]), **kw)
+
+
+def _run_argv(bundle: str, model: str, systems: Iterable[str], extra: Sequence[str]) -> list[str]:
+    return ["{python}", "-m", "tvm_ext.bench.run", f"{{run_dir}}/{bundle}", "--models", model,
+            "--systems", ",".join(systems), "--out", "{out}/results.jsonl", *extra]
+
+
+def measure_steps(bundle: str, manifest: Manifest, est: Estimator, preset_order: Sequence[str],
+                  kind: str = "measure") -> list[Step]:
+    """One step per (model, system) of ``manifest``, presets in ``preset_order`` first, then the models."""
+    extra = ["--torch", "off", "--runs", str(est.runs), "--warmup", str(est.warmup)]
+    extra += [] if est.repeat else ["--no-repeat"]
+    order = {p: i for i, p in enumerate(preset_order)}
+    pairs = [(m, b) for m in manifest.models for b in m.builds if b.status == "ok"]
+    pairs.sort(key=lambda mb: (order.get(mb[1].preset, len(order)), mb[1].system, mb[0].name))
+    return [_step(f"{kind}:{m.name}/{b.system}", kind, _run_argv(bundle, m.name, [b.system], extra),
+                  est.measure(m, [b], kind), model=m.name, systems=[b.system], bundle=bundle) for m, b in pairs]
+
+
+def sanitize_steps(bundle: str, manifest: Manifest, est: Estimator, tools: Mapping[str, Sequence[str]]) -> list[Step]:
+    """compute-sanitizer runs of every tiny model under the presets ``tools`` names for each tool."""
+    steps = []
+    systems = sorted({b.system for m in manifest.models for b in m.builds if b.status == "ok"})
+    models = ",".join(m.name for m in manifest.models if m.status == "ok")
+    for tool, presets in tools.items():
+        for system in [s for s in systems if s in presets]:
+            argv = ["{tool}", "--tool", tool, "--error-exitcode", "9", "--print-limit", "50",
+                    *_run_argv(bundle, models, [system], ["--torch", "off", "--runs", "1", "--warmup", "0",
+                                                          "--input-sets", "1", "--no-repeat"])]
+            argv[argv.index("{out}/results.jsonl")] = "{out}/sanitizer_results.jsonl"
+            steps.append(_step(f"sanitize:{tool}/{system}", "sanitize", argv,
+                               est.fixed(f"sanitize:{tool}", models, [system], ASSUMED_S["sanitize"]),
+                               model=models, systems=[system], bundle=bundle, tool="compute-sanitizer"))
+    return steps
+
+
+def torch_steps(bundle: str, manifest: Manifest, est: Estimator, compile_models: Sequence[str]) -> list[Step]:
+    """PyTorch eager on every corpus model; ``torch.compile(mode="reduce-overhead")`` on ``compile_models``."""
+    steps = []
+    for m in manifest.models:
+        if m.corpus is None or m.status != "ok":
+            continue
+        systems = ["torch-eager"] + (["torch-compile-reduce-overhead"] if m.name in compile_models else [])
+        assumed = ASSUMED_S["torch-eager"] + (ASSUMED_S["torch-compile"] if len(systems) > 1 else 0.0)
+        argv = _run_argv(bundle, m.name, systems, ["--torch", "on", "--runs", str(est.runs), "--warmup",
+                                                   str(est.warmup), "--no-repeat"])
+        steps.append(_step(f"torch:{m.name}", "torch", argv, est.fixed("torch", m.name, systems, assumed),
+                           model=m.name, systems=systems, bundle=bundle))
+    return steps
+
+
+def ncu_choices(manifest: Manifest, measured: Iterable[Mapping], count: int) -> list[dict]:
+    """The ``count`` builds whose modelled time rests most on unmeasured kinds of kernel.
+
+    A kernel counts fully when no record of ``measured`` has its generator and code path, half
+    when some do (a measured kind, another shape); kernels priced from their own record not at all.
+    """
+    kinds: dict[tuple[str, str], int] = {}
+    for r in measured:
+        k = (r.get("generator"), r.get("config", {}).get("kernel", {}).get("code_path"))
+        kinds[k] = kinds.get(k, 0) + 1
+    scored = []
+    for m in manifest.models:
+        for b in m.builds:
+            if b.status != "ok":
+                continue
+            unsure, kernels = 0.0, []
+            for k in b.kernel_list:
+                if k.get("cost_source") == "measured":
+                    continue
+                path = k.get("measurement", {}).get("config", {}).get("kernel", {}).get("code_path")
+                weight = 0.5 if kinds.get((k.get("generator"), path)) else 1.0
+                unsure += weight * (k.get("modelled_s") or 0.0) * (k.get("calls") or 1)
+                kernels.append({"func": k["func"], "generator": k.get("generator"), "code_path": path,
+                                "measured_kind": weight < 1.0})
+            if kernels:
+                scored.append({"model": m.name, "system": b.system, "unsure_modelled_s": unsure,
+                               "launches": b.kernels or len(kernels), "kernels": kernels})
+    scored.sort(key=lambda s: -s["unsure_modelled_s"])
+    return scored[:count]
+
+
+def ncu_steps(bundle: str, choices: Sequence[Mapping], est: Estimator) -> list[Step]:
+    """One Nsight Compute process per chosen build (per-kernel time and DRAM bytes)."""
+    steps = []
+    for c in choices:
+        argv = ["{tool}", "--profile-from-start", "off", "--csv", "--page", "raw", "--print-units", "base",
+                "--clock-control", "none", "--cache-control", "all", "--metrics",
+                "gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum",
+                "--log-file", f"{{out}}/ncu/{c['model']}__{c['system']}.csv",
+                "{python}", "-m", "tvm_ext.bench.kernel_profile", f"{{run_dir}}/{bundle}", "--model", c["model"],
+                "--system", c["system"]]
+        assumed = ASSUMED_S["ncu_start"] + ASSUMED_S["ncu_per_kernel"] * c["launches"]
+        steps.append(_step(f"ncu:{c['model']}/{c['system']}", "ncu", argv,
+                           est.fixed("ncu", c["model"], [c["system"]], assumed), model=c["model"],
+                           systems=[c["system"]], bundle=bundle, tool="ncu"))
+    return steps
+
+
+__all__ = [
+    "ASSUMED_S",
+    "MODEL_OPTIMISM",
+    "SANITIZER_TOOLS",
+    "Estimator",
+    "History",
+    "measure_steps",
+    "ncu_choices",
+    "ncu_steps",
+    "sanitize_steps",
+    "timeout_for",
+    "torch_steps",
+    "weight_rate_per_s",
+]
