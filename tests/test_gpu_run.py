@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from tvm_ext.bench.gpu_ingest import ingest, sanitizer_findings
@@ -177,3 +178,19 @@ def test_ncu_prefers_builds_priced_from_unmeasured_kinds(run_dir):
 def test_gpu_run_cli_usage_error(tmp_path, capsys):
     assert main(["gpu-run", "ingest", str(tmp_path), "--run", str(tmp_path)]) == 2
     assert "no steps.jsonl" in capsys.readouterr().err
+
+
+def test_weight_cache_is_shared_and_checked(tmp_path, monkeypatch):
+    from tvm_ext.bench.weights import CACHE_ENV, WeightDigest, WeightTensor, checked_weights
+
+    tensors = [WeightTensor("w", (4, 3), "float32", "float16", 0.0, 1.0)]
+    digest = WeightDigest()
+    drawn = checked_weights(tensors, 0, None, "m")
+    digest.update(drawn[0])
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path))
+    first = checked_weights(tensors, 0, digest.hexdigest(), "m")
+    (cached,) = tmp_path.glob("m_*.npz")
+    assert (first[0] == drawn[0]).all()
+    np.savez(cached, w0=np.zeros((4, 3), dtype=np.float16))  # a stale or damaged cache is caught by the digest
+    with pytest.raises(BenchError, match="differ"):
+        checked_weights(tensors, 0, digest.hexdigest(), "m")

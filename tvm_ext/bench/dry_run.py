@@ -28,15 +28,11 @@ from .manifest import BuildEntry, ModelEntry, read_manifest
 from .model_data import ModelData, load_model_data
 from .numerics import summarize
 from .results import append_jsonl
-from .weights import WeightDigest, check_digest, regenerate
+from .weights import checked_weights
 
 
 def _weights(entry: ModelEntry) -> None:
-    digest = WeightDigest()
-    for array in regenerate(entry.weights, entry.weights_seed):
-        digest.update(array)
-    if entry.weights_digest:
-        check_digest(entry.weights_digest, digest.hexdigest(), entry.name)
+    checked_weights(entry.weights, entry.weights_seed, entry.weights_digest, entry.name)
 
 
 def _self_check(entry: ModelEntry, data: ModelData) -> dict:

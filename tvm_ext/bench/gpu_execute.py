@@ -14,7 +14,7 @@ Everything is written under ``OUT`` as it is measured:
 No step starts that would end past ``--deadline`` by its plan (it is recorded as skipped).
 ``--dry-run`` runs the same plan without a GPU: measurement steps become
 :mod:`.dry_run` (weights, inputs, references against themselves, libraries), tool steps say
-which tool they would run and whether it is installed. Imports numpy-free standard library only.
+which tool they would run and whether it is installed. Needs Python and numpy only (no TVM).
 """
 from __future__ import annotations
 
@@ -29,12 +29,14 @@ import signal
 import subprocess
 import sys
 import tarfile
+import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
 from ..errors import TvmExtError
 from .gpu_steps import TOOLS, Plan, Step
+from .weights import CACHE_ENV
 
 #: Where NVIDIA installs its tools when they are not on PATH.
 _TOOL_GLOBS = {"compute-sanitizer": ("/usr/local/cuda*/bin/compute-sanitizer",
@@ -97,6 +99,8 @@ def step_environment(run_dir: Path, python: str) -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(paths + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
     env.update(TVM_USE_RUNTIME_LIB="1", TVM_DEVICE_BACKEND_AUTOLOAD="0", PYTHONUNBUFFERED="1")
+    # the processes of one model share its regenerated weights (checked by digest at every read)
+    env.setdefault(CACHE_ENV, str(Path(tempfile.gettempdir()) / f"tvm_ext_weights_{os.getuid()}"))
     return env
 
 

@@ -36,6 +36,7 @@ from .gpu_plan import (
     SANITIZER_TOOLS,
     Estimator,
     History,
+    cache_rate_per_s,
     measure_steps,
     ncu_choices,
     ncu_steps,
@@ -164,7 +165,8 @@ def make_plan(out: Path, options: PrepareOptions, notes: list[str] | None = None
         The plan's device seconds exceed ``options.deadline_s``.
     """
     history = History.load(REPO / "bench" / "results")
-    est = Estimator(history, weight_rate_per_s(), runs=options.runs, warmup=options.warmup, repeat=options.repeat)
+    est = Estimator(history, weight_rate_per_s(), cache_rate_per_s(), runs=options.runs, warmup=options.warmup,
+                    repeat=options.repeat)
     steps: list[Step] = []
     manifests: dict[str, Manifest] = {p.name: read_manifest(p) for p in sorted(out.iterdir())
                                       if (p / MANIFEST).is_file()}

@@ -22,7 +22,7 @@ from .manifest import BuildEntry, ModelEntry
 from .model_data import ModelData
 from .numerics import OutputCheck, poison_value, summarize
 from .timing import measure
-from .weights import WeightDigest, check_digest, regenerate
+from .weights import checked_weights
 
 log = logging.getLogger(__name__)
 
@@ -50,16 +50,12 @@ def flatten(value: Any) -> list:
 
 
 def upload_weights(tvm: Any, entry: ModelEntry, dev: Any, verify: bool = True) -> list:
-    """Regenerate the weights of ``entry`` and copy them to ``dev`` (checking their digest)."""
+    """Regenerate the weights of ``entry`` (or read them from the run's cache), check their digest,
+    and copy them to ``dev``."""
     start = time.perf_counter()
-    check = WeightDigest()
-    tensors = []
-    for array in regenerate(entry.weights, entry.weights_seed):
-        check.update(array)
-        tensors.append(tvm.runtime.tensor(array, dev))
-    if verify and entry.weights_digest:
-        check_digest(entry.weights_digest, check.hexdigest(), entry.name)
-    log.info("%s: %d weights (%.1f MB) regenerated in %.1f s", entry.name, len(tensors),
+    arrays = checked_weights(entry.weights, entry.weights_seed, entry.weights_digest if verify else None, entry.name)
+    tensors = [tvm.runtime.tensor(array, dev) for array in arrays]
+    log.info("%s: %d weights (%.1f MB) ready in %.1f s", entry.name, len(tensors),
              entry.weight_bytes / 1e6, time.perf_counter() - start)
     return tensors
 
@@ -139,4 +135,4 @@ def measure_builds(tvm: Any, bundle: Path, entry: ModelEntry, dev: Any, data: Mo
     return [results[b.system] for b in builds]
 
 
-__all__ = ["Measurement", "flatten", "upload_weights", "TvmModel", "measure_builds"]
+__all__ = ["Measurement", "TvmModel", "flatten", "measure_builds", "upload_weights"]

@@ -8,12 +8,19 @@ of :mod:`tvm_ext.models.skeleton` (name, shape, mean, std per dropped tensor) pl
 constant ``mean`` when ``std`` is 0), with numpy alone. The build host records a digest of
 the weights that ``fill_skeleton`` produced; :func:`check_digest` compares it with the
 regenerated ones, so a numpy whose random streams differ is caught before any timing.
+
+:func:`checked_weights` regenerates and checks them once per machine where
+``$TVM_EXT_WEIGHT_CACHE`` names a directory (the prepared GPU run sets it, so the seven
+processes of one model do not draw the same 100 million numbers seven times); a cached file
+is checked against the digest again when it is read.
 """
 from __future__ import annotations
 
 import hashlib
+import os
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -59,7 +66,7 @@ class WeightTensor:
                 "param_dtype": self.param_dtype, "mean": self.mean, "std": self.std, "param": self.param}
 
     @classmethod
-    def from_json(cls, data: Mapping) -> "WeightTensor":
+    def from_json(cls, data: Mapping) -> WeightTensor:
         """Inverse of :meth:`to_json`."""
         try:
             return cls(name=str(data["name"]), shape=tuple(int(d) for d in data["shape"]),
@@ -126,4 +133,36 @@ def check_digest(expected: str, actual: str, model: str) -> None:
             "reference outputs do not apply")
 
 
-__all__ = ["WeightTensor", "draw", "regenerate", "WeightDigest", "check_digest"]
+#: Directory of regenerated weights shared by the processes of one run (unset: no cache).
+CACHE_ENV = "TVM_EXT_WEIGHT_CACHE"
+
+
+def checked_weights(tensors: Sequence[WeightTensor], seed: int, digest: str | None, model: str) -> list[np.ndarray]:
+    """The weights of ``model`` in parameter order, checked against ``digest`` (see the module docstring).
+
+    Raises
+    ------
+    BenchError
+        The weights (regenerated or cached) differ from the build host's.
+    """
+    cache = os.environ.get(CACHE_ENV)
+    path = Path(cache) / f"{model}_{digest[:24]}.npz" if cache and digest else None
+    if path is not None and path.is_file():
+        with np.load(path, allow_pickle=False) as npz:
+            arrays = [npz[f"w{i}"] for i in range(len(tensors))]
+    else:
+        arrays = list(regenerate(tensors, seed))
+    check = WeightDigest()
+    for array in arrays:
+        check.update(array)
+    if digest:
+        check_digest(digest, check.hexdigest(), model)
+    if path is not None and not path.is_file():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_suffix(f".{os.getpid()}.npz")
+        np.savez(partial, **{f"w{i}": a for i, a in enumerate(arrays)})
+        partial.replace(path)  # atomic: another process never reads half a file
+    return arrays
+
+
+__all__ = ["CACHE_ENV", "WeightDigest", "WeightTensor", "check_digest", "checked_weights", "draw", "regenerate"]
