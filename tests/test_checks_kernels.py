@@ -11,7 +11,7 @@ import tvm
 from tvm_ext.checks.kernel import emulate_function, run_device_kernel
 from tvm_ext.checks.lowered import lower_device
 from tvm_ext.driver import preset_passes
-from tvm_ext.testing.thread_serial import call_inputs, compare_scheduled
+from tvm_ext.checks.thread_serial import call_inputs, compare_scheduled
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_stitch_kernels import layer_norm_module, softmax_module, squeeze_excite_module

@@ -23,7 +23,7 @@ from tvm_ext.stitch.prologue_schedule import PrologueTiles, build_prologue_sched
 from tvm_ext.stitch.schedule import StitchScheduleError
 from tvm_ext.stitch.scope import stitch_scope
 from tvm_ext.testing.oracle import run_cpu
-from tvm_ext.testing.thread_serial import call_inputs, compare_scheduled
+from tvm_ext.checks.thread_serial import call_inputs, compare_scheduled
 
 from test_stitch_kernels import _module, _scheduled, _stitch_rules
 

@@ -19,7 +19,7 @@ from tvm_ext.select.launch import launch_shape
 from tvm_ext.subprogram import (SubprogramGenerator, SubprogramPlan, ThreadShape, build, default_stages, design, pieces,
                                 schedule_to_shape, stage_function, thread_shape)
 from tvm_ext.subprogram.stages import StageError, StageSpec
-from tvm_ext.testing.thread_serial import compare_scheduled, compare_stages
+from tvm_ext.checks.thread_serial import compare_scheduled, compare_stages
 from tvm_ext.checks.lowered import device_kernels
 from tvm_ext.tir import COOPERATIVE_TAG, has_grid_sync, launch_params
 from tvm_ext.toolchain import compile_cuda_source, nvcc_available

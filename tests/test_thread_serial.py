@@ -20,7 +20,7 @@ from test_stitch_scope import embedding_graph, remote_graph
 from tvm_ext.driver import graph_passes
 from tvm_ext.driver.apply_plans import ApplyPlans
 from tvm_ext.hardware import device_from_target
-from tvm_ext.testing.thread_serial import SerialComparison, call_inputs, compare_scheduled, serialize_threads
+from tvm_ext.checks.thread_serial import SerialComparison, call_inputs, compare_scheduled, serialize_threads
 from tvm_ext.tir import has_grid_sync
 
 TARGET = "tvm_ext/h100"

@@ -15,7 +15,7 @@ from tvm import relax
 from tvm_ext.inspect import inspect
 from tvm_ext.select.analytic import AnalyticCostModel
 from tvm_ext.testing.oracle import run_cpu
-from tvm_ext.testing.thread_serial import compare_scheduled
+from tvm_ext.checks.thread_serial import compare_scheduled
 from tvm_ext.tilegraph import TilePlan, build_tile_schedule, connect_graph, plan_group
 from tvm_ext.toolchain import nvcc_available
 

@@ -24,7 +24,7 @@ from tvm_ext.select import SelectionContext
 from tvm_ext.select.analytic import AnalyticCostModel
 from tvm_ext.select.context import fuse_nodes
 from tvm_ext.testing.oracle import run_cpu
-from tvm_ext.testing.thread_serial import compare_scheduled
+from tvm_ext.checks.thread_serial import compare_scheduled
 from tvm_ext.tilegraph import (ConnectLevel, TilePlan, TileScheduleError, build_tile_schedule, connect_graph,
                                gcd_threads, plan_group, tile_work)
 from tvm_ext.tilegraph.planning import edge_level

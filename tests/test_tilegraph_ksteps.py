@@ -12,7 +12,7 @@ import tvm
 from tvm import relax
 from tvm.script import tirx as T
 
-from tvm_ext.testing.thread_serial import compare_scheduled
+from tvm_ext.checks.thread_serial import compare_scheduled
 from tvm_ext.select.analytic import AnalyticCostModel
 from tvm_ext.tilegraph import TilePlan, build_tile_schedule, plan_group, tile_candidate, tile_work, whole_reduction_plan
 from tvm_ext.tilegraph.enumerate import _Search, enumerate_tiles

@@ -13,7 +13,7 @@ from tvm import relax
 from tvm.script import tirx as T
 
 from tvm_ext.select.analytic import AnalyticCostModel
-from tvm_ext.testing.thread_serial import compare_scheduled
+from tvm_ext.checks.thread_serial import compare_scheduled
 from tvm_ext.tilegraph import TilePlan, build_tile_schedule, connect_graph, plan_group, tile_work
 from tvm_ext.toolchain import nvcc_available
 

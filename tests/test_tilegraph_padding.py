@@ -12,7 +12,7 @@ import tvm
 from tvm import relax
 from tvm.script import tirx as T
 
-from tvm_ext.testing.thread_serial import compare_scheduled
+from tvm_ext.checks.thread_serial import compare_scheduled
 from tvm_ext.tilegraph import TilePlan, build_tile_schedule, plan_group, tile_work
 from tvm_ext.tilegraph.padding import PaddingError, fragment_padding, pad_to_fragments
 from tvm_ext.tilegraph.schedule import CUT_TILE

@@ -7,7 +7,7 @@ from tvm import relax
 from tvm.script import tirx as T
 
 from tvm_ext.tilegraph import TilePlan, build_tile_schedule, gcd_threads, plan_group, tile_work
-from tvm_ext.testing.thread_serial import compare_scheduled
+from tvm_ext.checks.thread_serial import compare_scheduled
 from tvm_ext.toolchain import nvcc_available
 
 from test_tilegraph_kernels import TARGETS, _context, compile_one_kernel

@@ -12,7 +12,7 @@ from tvm import relax
 from tvm.script import tirx as T
 
 import tvm_ext.tir as ttir
-from tvm_ext.testing.thread_serial import compare_scheduled
+from tvm_ext.checks.thread_serial import compare_scheduled
 from tvm_ext.tilegraph import TilePlan, TileScheduleError, build_tile_schedule, plan_group, tile_work
 from tvm_ext.toolchain import compile_cuda_source, nvcc_available
 

@@ -22,11 +22,11 @@ import tvm
 from tvm import tirx
 
 from ..testing.compare import compare_outputs
-from ..testing.thread_serial import _run, _setup
 from ..testing.tolerance import tolerance_for
 from .emulator import WorkOverBudget, emulate_launch
 from .lowered import lower_device
 from .memory import Finding, Storage
+from .thread_serial import comparison_inputs, run_on_cpu
 from .values import element_dtype
 from .widen import widened
 from .work import (
@@ -107,8 +107,8 @@ def _reference_outputs(reference: tirx.PrimFunc, args: list, outs: list, n_in: i
     """The unscheduled function's outputs; a half-precision one computed in float32 (the tolerance
     policy compares half-precision results with a float32 reference)."""
     if not _computes_in_half(reference):
-        return _run(reference, args + [o.copy() for o in outs]).values[n_in:]
-    return _run(widened(reference), [_widen_array(a) for a in args + outs]).values[n_in:]
+        return run_on_cpu(reference, args + [o.copy() for o in outs]).values[n_in:]
+    return run_on_cpu(widened(reference), [_widen_array(a) for a in args + outs]).values[n_in:]
 
 
 def emulate_function(reference: tirx.PrimFunc, scheduled: tirx.PrimFunc, target: tvm.target.Target, *,
@@ -138,7 +138,7 @@ def emulate_function(reference: tirx.PrimFunc, scheduled: tirx.PrimFunc, target:
     EmulationTimeout
         A launch's emulation ran past ``seconds``.
     """
-    n_in, args, outs, _, rtol, atol = _setup(reference, scheduled, inputs, seed, None, None)
+    n_in, args, outs, _, rtol, atol = comparison_inputs(reference, scheduled, inputs, seed, None, None)
     if _computes_in_half(reference):    # fp16 inputs cast to a float32 output: computed in fp16
         rtol, atol = tolerance_for("float16")
     n_ref = len(reference.params)

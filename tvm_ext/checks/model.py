@@ -34,7 +34,6 @@ from ..errors import TVM_ERRORS, KernelCompileError
 from ..hardware import resolve_target
 from ..inspect.kernels import primfunc_calls
 from ..select.attrs import GENERATOR_ATTR, func_attr
-from ..testing.thread_serial import call_inputs, serialize_threads
 from ..tir import PIPELINE_NAME, has_grid_sync
 from ..toolchain import KernelUsage, resource_usage
 from .emulator import EmulationTimeout
@@ -42,6 +41,7 @@ from .kernel import EMULATION_SECONDS, emulate_function
 from .lints import unlowered_thread_reductions, usage_findings
 from .lowered import lower_device
 from .memory import Finding
+from .thread_serial import call_inputs, serialize_threads
 from .tir_expr import Unemulated
 from .work import PERFORMANCE_KINDS
 

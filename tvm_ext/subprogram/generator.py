@@ -170,7 +170,7 @@ class SubprogramGenerator:
     def stage_functions(self, func: tirx.PrimFunc, plan: SubprogramPlan) -> list[tirx.PrimFunc]:
         """The unscheduled function of each stage of ``plan`` on ``func``, in order (the kernel check
         recomputes each from the merged kernel's own intermediates:
-        :func:`tvm_ext.testing.thread_serial.compare_stages`)."""
+        :func:`tvm_ext.checks.thread_serial.compare_stages`)."""
         return [stage_function(func, spec) for spec in plan.stages]
 
     def schedule(self, func: tirx.PrimFunc, plan: SubprogramPlan, device: DeviceSpec) -> ScheduledKernel:

@@ -4,10 +4,10 @@ CPU they compute what their unscheduled functions compute (no GPU needed).
 For one module and target, the preset's graph and schedule stages run; every PrimFunc whose plan
 came from ``generator`` is code-generated (TIR pipeline ``"tvm_ext"``) and the CUDA compiled with
 nvcc for the target's arch; each is also run with its threads serialized against its unscheduled
-form (:mod:`tvm_ext.testing.thread_serial`). A generator whose kernels have stages (merged
+form (:mod:`tvm_ext.checks.thread_serial`). A generator whose kernels have stages (merged
 subprogram kernels) names their functions with ``stage_functions(func, plan)``: each stage is
 then recomputed from the kernel's own intermediates
-(:func:`~tvm_ext.testing.thread_serial.compare_stages`). A generator whose kernels use
+(:func:`~tvm_ext.checks.thread_serial.compare_stages`). A generator whose kernels use
 intrinsics the CPU cannot run (tensor-core stages) gives their CPU form with
 ``cpu_schedule(func, plan)``, which is checked instead. A planned kernel that fell back to
 dlight, or a device kernel with a grid barrier that is not marked for cooperative launch, is a
@@ -29,6 +29,7 @@ from typing import Any
 import tvm
 
 from ..checks.lowered import device_kernels
+from ..checks.thread_serial import call_inputs, compare_scheduled, compare_stages
 from ..driver import preset_passes
 from ..driver.presets import Preset, get_preset
 from ..errors import TVM_ERRORS
@@ -37,7 +38,6 @@ from ..select.generator import get_generator
 from ..select.plan import plan_of
 from ..tir import COOPERATIVE_TAG, PIPELINE_NAME, has_grid_sync, launch_params
 from ..toolchain import compile_cuda_source
-from .thread_serial import call_inputs, compare_scheduled, compare_stages
 
 
 @dataclass

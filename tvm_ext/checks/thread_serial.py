@@ -13,7 +13,9 @@ parameter (a border tile's store without its predicate) fails the check by name 
 corrupting the process's heap.
 
 What it cannot see: data races and missing ``__syncthreads`` (TVM inserts those when it
-lowers), warp-shuffle and cooperative-launch behaviour. Those need a GPU.
+lowers), warp-shuffle and cooperative-launch behaviour: the emulator of the lowered kernel
+(:mod:`tvm_ext.checks.emulator`, ``tvm-ext verify``) checks those. :func:`run_on_cpu` (a TIR
+function built for the CPU, with guard bytes behind every buffer) is the reference both use.
 
 Example
 -------
@@ -32,9 +34,9 @@ import tvm_ffi
 from tvm import relax, tirx
 
 from ..errors import TvmExtError
+from ..testing.compare import compare_outputs
+from ..testing.tolerance import tolerance_for
 from ..tir import buffer_scope, has_grid_sync, is_block_binding
-from .compare import compare_outputs
-from .tolerance import tolerance_for
 
 
 def _is_grid_sync(stmt) -> bool:
@@ -129,7 +131,8 @@ class SerialComparison:
     out_of_bounds: tuple[str, ...] = ()
 
 
-def _random_args(func: tirx.PrimFunc, count: int, rng: np.random.Generator) -> list[np.ndarray]:
+def random_args(func: tirx.PrimFunc, count: int, rng: np.random.Generator) -> list[np.ndarray]:
+    """Random values for the first ``count`` parameters of ``func`` (normal floats, 0/1 integers)."""
     args = []
     for p in list(func.params)[:count]:
         shape = [int(d) for d in p.ty.shape]
@@ -150,12 +153,14 @@ MIN_GUARD_BYTES = 4096
 _GUARD = 0xA5
 
 
-class _Run(NamedTuple):
+class CpuRun(NamedTuple):
+    """What :func:`run_on_cpu` returns: every argument after the run, and the overruns."""
+
     values: list[np.ndarray]
     out_of_bounds: tuple[str, ...]     # parameters written past their end
 
 
-def _run(func: tirx.PrimFunc, args: list[np.ndarray]) -> _Run:
+def run_on_cpu(func: tirx.PrimFunc, args: list[np.ndarray]) -> CpuRun:
     """Run ``func`` on the CPU; each argument is a view at the start of a larger allocation whose
     tail (the guard) must come back untouched."""
     lib = tvm.tirx.build(tvm.IRModule({"main": func.with_attr("global_symbol", "main")}),
@@ -169,7 +174,7 @@ def _run(func: tirx.PrimFunc, args: list[np.ndarray]) -> _Run:
         views.append(backing[-1]._create_view(a.shape, str(a.dtype)))
     lib(*views)
     overrun = tuple(p.name for p, t, a in zip(func.params, backing, args) if (t.numpy()[a.nbytes:] != _GUARD).any())
-    return _Run([v.numpy() for v in views], overrun)
+    return CpuRun([v.numpy() for v in views], overrun)
 
 
 def call_inputs(mod: tvm.IRModule, name: str) -> int:
@@ -195,7 +200,7 @@ def call_inputs(mod: tvm.IRModule, name: str) -> int:
     return counts[0]
 
 
-def _setup(reference: tirx.PrimFunc, scheduled: tirx.PrimFunc, inputs: int | None, seed: int,
+def comparison_inputs(reference: tirx.PrimFunc, scheduled: tirx.PrimFunc, inputs: int | None, seed: int,
            rtol: float | None, atol: float | None):
     """Inputs, zeroed outputs and extra parameters, and the tolerance of one comparison."""
     n_ref = len(reference.params)
@@ -204,13 +209,14 @@ def _setup(reference: tirx.PrimFunc, scheduled: tirx.PrimFunc, inputs: int | Non
     compared = next((d for d in dtypes if d in ("float16", "bfloat16")), "float32")
     default_rtol, default_atol = tolerance_for(compared)
     rng = np.random.default_rng(seed)
-    args = _random_args(reference, n_in, rng)
-    outs = [_zeros(p) for p in list(reference.params)[n_in:]]
-    extra = [_zeros(p) for p in list(scheduled.params)[n_ref:]]
+    args = random_args(reference, n_in, rng)
+    outs = [zeros_like_param(p) for p in list(reference.params)[n_in:]]
+    extra = [zeros_like_param(p) for p in list(scheduled.params)[n_ref:]]
     return n_in, args, outs, extra, (default_rtol if rtol is None else rtol), (default_atol if atol is None else atol)
 
 
-def _zeros(param) -> np.ndarray:
+def zeros_like_param(param) -> np.ndarray:
+    """A zero array of a buffer parameter's shape and dtype."""
     return np.zeros([int(d) for d in param.ty.shape], dtype=str(param.ty.dtype))
 
 
@@ -231,10 +237,10 @@ def compare_scheduled(reference: tirx.PrimFunc, scheduled: tirx.PrimFunc, *, inp
         Default: :func:`~tvm_ext.testing.tolerance.tolerance_for` of the outputs' dtype (the
         half-precision one when any output is float16 or bfloat16).
     """
-    n_in, args, outs, extra, rtol, atol = _setup(reference, scheduled, inputs, seed, rtol, atol)
+    n_in, args, outs, extra, rtol, atol = comparison_inputs(reference, scheduled, inputs, seed, rtol, atol)
     n_ref = len(reference.params)
-    expected = _run(reference, args + [o.copy() for o in outs]).values[n_in:]
-    run = _run(serialize_threads(scheduled), args + [o.copy() for o in outs] + extra)
+    expected = run_on_cpu(reference, args + [o.copy() for o in outs]).values[n_in:]
+    run = run_on_cpu(serialize_threads(scheduled), args + [o.copy() for o in outs] + extra)
     errors = compare_outputs(run.values[n_in:n_ref], list(expected), rtol=rtol, atol=atol)   # the one policy
     worst = max((e.max_abs_err for e in errors if e.size), default=0.0)
     return SerialComparison(all(e.ok for e in errors) and not run.out_of_bounds, worst, len(expected),
@@ -261,8 +267,8 @@ def compare_stages(reference: tirx.PrimFunc, scheduled: tirx.PrimFunc, stages: l
     weights amplifies fp32 rounding beyond any tolerance, in the reference as much as in the kernel).
     ``outputs`` of the result counts the values compared.
     """
-    n_in, args, outs, extra, rtol, atol = _setup(reference, scheduled, inputs, seed, rtol, atol)
-    kernel = _run(serialize_threads(scheduled), args + [o.copy() for o in outs] + extra)
+    n_in, args, outs, extra, rtol, atol = comparison_inputs(reference, scheduled, inputs, seed, rtol, atol)
+    kernel = run_on_cpu(serialize_threads(scheduled), args + [o.copy() for o in outs] + extra)
     value_of = dict(zip(scheduled.params, kernel.values))
     got_all, expected_all = [], []
     for stage in stages:
@@ -270,7 +276,7 @@ def compare_stages(reference: tirx.PrimFunc, scheduled: tirx.PrimFunc, stages: l
         if any(p not in value_of for p in stage.params):
             raise TvmExtError("a stage reads a buffer the kernel does not keep as a parameter")
         run = [np.zeros_like(value_of[p]) if p in written else value_of[p].copy() for p in stage.params]
-        results = _run(stage, run).values
+        results = run_on_cpu(stage, run).values
         for p, result in zip(stage.params, results):
             if p in written:
                 got_all.append(value_of[p])
@@ -281,4 +287,5 @@ def compare_stages(reference: tirx.PrimFunc, scheduled: tirx.PrimFunc, stages: l
                             kernel.out_of_bounds)
 
 
-__all__ = ["SerialComparison", "call_inputs", "compare_scheduled", "compare_stages", "serialize_threads"]
+__all__ = ["CpuRun", "SerialComparison", "call_inputs", "compare_scheduled", "compare_stages", "comparison_inputs",
+           "random_args", "run_on_cpu", "serialize_threads", "zeros_like_param"]
