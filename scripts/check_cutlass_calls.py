@@ -10,7 +10,7 @@ code path (calls, distinct workloads and instances, calls with findings) and eve
 
     python scripts/check_cutlass_calls.py                                  # cutlass + full, h100 + a100
     python scripts/check_cutlass_calls.py --presets cutlass --targets tvm_ext/a100 --models bert_base_s128
-    python scripts/check_cutlass_calls.py --json bench/modelled/cutlass_contract.json
+    python scripts/check_cutlass_calls.py --json bench/modelled/cutlass_contract.json [--resume]
     python scripts/check_cutlass_calls.py --matrix          # hand-built calls: every path, odd extents
 
 ``--matrix`` checks ``tvm_ext.cutlass.contract_cases.coverage_matrix`` instead of models: each call
@@ -44,6 +44,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--presets", default="cutlass,full", help="comma-separated presets (default cutlass,full)")
     parser.add_argument("--targets", default="tvm_ext/h100,tvm_ext/a100", help="comma-separated target tags")
     parser.add_argument("--json", default=None, help="write every verdict and the table here")
+    parser.add_argument("--resume", action="store_true",
+                        help="skip the builds JSON.partial.jsonl already holds (each build appends there as it ends)")
     parser.add_argument("--matrix", action="store_true", help="check the hand-built coverage matrix instead")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
@@ -61,21 +63,37 @@ def main(argv: list[str] | None = None) -> int:
     if args.matrix:
         rows, findings = _matrix_rows()
         return _report(rows, findings, f"coverage matrix in {time.perf_counter() - start:.0f} s", args.json)
-    rows, findings = [], []
     jobs = [(path, target, preset) for path in _paths(args.models) for target in targets for preset in presets]
-    bar = tqdm(jobs, desc="graph stage + contract", unit="build")
+    partial = Path(f"{args.json}.partial.jsonl") if args.json else None
+    done: dict[tuple[str, str, str], list[dict]] = {}
+    if partial is not None and args.resume and partial.is_file():
+        for line in partial.read_text().splitlines():
+            build = json.loads(line)
+            done[(build["model"], build["target"], build["preset"])] = build["rows"]
+    elif partial is not None:
+        partial.unlink(missing_ok=True)
+    rows = [r for key in [(p.stem, t, q) for p, t, q in jobs] if key in done for r in done[key]]
+    findings = [f"{r['model']} {r['preset']} {r['target']} {r['symbol']}: {'; '.join(r['findings'])}"
+                for r in rows if not r["ok"]]
+    todo = [(p, t, q) for p, t, q in jobs if (p.stem, t, q) not in done]
+    bar = tqdm(todo, desc="graph stage + contract", unit="build")
     module = (None, None)
     for path, target, preset in bar:
         bar.set_postfix_str(f"{path.stem} {preset} {target}")
         if module[0] != path:
             module = (path, load_fp16_model(path))
+        built = []
         for call, result in library_calls(module[1], tvm.target.Target(target), preset):
             row = {"model": path.stem, "target": target, "preset": preset, "symbol": result.symbol,
                    "path": call_path(call) if call is not None else "refused", "workload": result.workload,
                    "instance": result.instance, "ok": result.ok, "findings": list(result.findings)}
-            rows.append(row)
+            built.append(row)
             if not result.ok:
                 findings.append(f"{path.stem} {preset} {target} {result.line()}")
+        rows += built
+        if partial is not None:  # a killed sweep keeps every finished build (--resume goes on from there)
+            with partial.open("a") as f:
+                f.write(json.dumps({"model": path.stem, "target": target, "preset": preset, "rows": built}) + "\n")
     return _report(rows, findings, f"{len(jobs)} builds ({', '.join(presets)} x {', '.join(targets)}) in "
                    f"{time.perf_counter() - start:.0f} s", args.json)
 
