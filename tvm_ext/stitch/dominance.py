@@ -4,8 +4,11 @@ On the ops of one PrimFunc (:class:`~tvm_ext.stitch.ops.StitchGraph`):
 
 * an op is **local** (kept in registers: inlined into its consumers) unless it is a reduction,
   a heavy elementwise op whose result some consumer reads one-to-many (a broadcast, possibly
-  behind reshapes; a reduction that reuses the value along its row), or an output of the
-  function; those are the **dominant candidates**;
+  behind reshapes; a reduction that reuses the value along its row), an output of the
+  function, or a heavy or chained op that inlining would evaluate more than
+  :data:`INLINE_EVALUATIONS_LIMIT` times per element (a value read by several inlined
+  consumers, each of them read again: an LSTM's cell state, inlined step into step, recomputes
+  the recurrence from step 0 at every step); those are the **dominant candidates**;
 * the *upstream local closure* of a candidate is every local op (and function input) it
   reaches backwards through local ops only, since a local op's thread mapping is derived from
   its consumer (observation A);
@@ -28,7 +31,6 @@ import tvm
 import tvm_ffi
 
 from ..analysis import DependencyKind
-
 from .ops import StitchGraph, StitchOp
 
 
@@ -60,15 +62,19 @@ def _uses_any(indices, variables) -> bool:
 def fans_out(consumer: StitchOp, buffer: str, kind: DependencyKind) -> bool:
     """Whether ``consumer`` reads each element of ``buffer`` for several of its own elements.
 
-    A broadcast (or window) read does; so does a reduction that reads the buffer without its
-    reduction iterators (the value is reused along the whole row). A reduction reading through
-    its reduction iterators consumes each element once (many-to-one), which does not count.
+    A broadcast (or window) read does; so does a reduction that reads the buffer without one of
+    its reduction iterators (the value is reused along the whole row) or without one of its
+    spatial iterators of extent > 1 (a GEMV's ``h[k]`` in ``out[j] = sum_k W[j, k] h[k]`` is read
+    for every ``j``). A reduction reading through all its iterators consumes each element once
+    (many-to-one), which does not count.
     """
     if kind in (DependencyKind.BROADCAST, DependencyKind.WINDOW):
         return True
     if consumer.is_reduce and consumer.reduce_extent > 1:
         red = list(consumer.reduce_vars)
-        return any(not _uses_any(idx, red) for idx in consumer.read_indices.get(buffer, ()))
+        spatial = [v for v, extent in zip(consumer.out_vars, consumer.spatial) if extent > 1]
+        return any(not _uses_any(idx, red) or any(not _uses_any(idx, [v]) for v in spatial)
+                   for idx in consumer.read_indices.get(buffer, ()))
     return False
 
 
@@ -115,6 +121,46 @@ def _closure(graph: StitchGraph, op: StitchOp, local: set[str]) -> set[str]:
     return found
 
 
+#: Times inlining may evaluate an op per element of its own before it is materialized instead (the
+#: check layer flags executed work above 3x the planned as recomputation: ``checks.work``).
+INLINE_EVALUATIONS_LIMIT = 3
+
+
+def _reads_per_element(op: StitchOp, consumer: StitchOp) -> float:
+    """Loads of ``op``'s buffer that ``consumer`` makes per element of that buffer."""
+    loads = max(1, len(consumer.read_indices.get(op.buffer, ())))
+    made = consumer.rows * consumer.reduce_extent if consumer.is_reduce else consumer.num_elements
+    return loads * made / max(1, op.num_elements)
+
+
+def inline_evaluations(graph: StitchGraph, local: set[str],
+                       limit: int | None = None) -> tuple[dict[str, float], set[str]]:
+    """How often each op is evaluated per element of its own when the ``local`` ops are inlined.
+
+    An op that is not inlined is evaluated once; an inlined op as often as its consumers load it
+    per element of its own (a broadcast or a GEMV's vector operand: many times), times each
+    consumer's own count (program order is a topological order, so one backward pass suffices).
+    With ``limit``, an inlined op that would exceed it and is heavy, or inlines local producers
+    of its own (a chain), is materialized instead (greedy from the outputs back: its count, as
+    its producers see it, becomes one); a light op over inputs alone stays recomputed, which is
+    the local scheme's intent. Returns the counts and those ops.
+    """
+    counts: dict[str, float] = {}
+    promoted: set[str] = set()
+    for op in reversed(graph.ops):
+        if op.name not in local:
+            counts[op.name] = 1.0
+            continue
+        consumers = {c.name: c for c, _ in graph.consumers(op)}.values()
+        total = sum(_reads_per_element(op, c) * counts.get(c.name, 1.0) for c in consumers)
+        chained = any(p.name in local for p, _ in graph.producers(op))
+        if limit is not None and total > limit and (op.heavy or chained):
+            promoted.add(op.name)
+            total = 1.0
+        counts[op.name] = max(1.0, total)
+    return counts, promoted
+
+
 def find_dominants(graph: StitchGraph, *, force_candidates: frozenset[str] = frozenset(),
                    force_local: frozenset[str] = frozenset()) -> Dominance:
     """Planning step 1 on ``graph`` (see the module docstring).
@@ -135,6 +181,10 @@ def find_dominants(graph: StitchGraph, *, force_candidates: frozenset[str] = fro
             candidates.append(op)
         else:
             local.add(op.name)
+    _, recomputed = inline_evaluations(graph, local - set(force_local), INLINE_EVALUATIONS_LIMIT)
+    if recomputed:
+        local -= recomputed
+        candidates = [op for op in graph.ops if op.name not in local]
     closures = {c.name: _closure(graph, c, local) for c in candidates}
     parent = {c.name: c.name for c in candidates}
 
@@ -179,4 +229,4 @@ def find_dominants(graph: StitchGraph, *, force_candidates: frozenset[str] = fro
                      sub_dominants=subs, groups=groups)
 
 
-__all__ = ["Dominance", "find_dominants", "is_candidate"]
+__all__ = ["INLINE_EVALUATIONS_LIMIT", "Dominance", "find_dominants", "inline_evaluations", "is_candidate"]

@@ -1,0 +1,73 @@
+"""Stitch's local scheme never makes inlining recompute a chain: an LSTM-like recurrence of cell states."""
+from __future__ import annotations
+
+import tvm
+from tvm import te
+
+from tvm_ext.checks.work import function_work
+from tvm_ext.stitch import StitchGraph, find_dominants
+from tvm_ext.stitch.dominance import INLINE_EVALUATIONS_LIMIT, inline_evaluations
+from tvm_ext.stitch.planner import inline_locals
+
+STEPS, N = 12, 64
+
+
+def cell_chain() -> tvm.tirx.PrimFunc:
+    """c_t = sigmoid(a_t) * c_{t-1} + b_t; h_t = tanh(c_t) is an output of every step (an LSTM's cell
+    state without its GEMVs: each c_t is read by h_t and by c_{t+1})."""
+    a = te.placeholder((STEPS, N), name="a")
+    b = te.placeholder((STEPS, N), name="b")
+    c0 = te.placeholder((N,), name="c0")
+
+    def step(t: int, prev: te.Tensor) -> te.Tensor:
+        return te.compute((N,), lambda i: te.sigmoid(a[t, i]) * prev[i] + b[t, i], name=f"c{t}")
+
+    def out(c: te.Tensor, t: int) -> te.Tensor:
+        return te.compute((N,), lambda i: te.tanh(c[i]), name=f"h{t}")
+
+    c, outs = c0, []
+    for t in range(STEPS):
+        c = step(t, c)
+        outs.append(out(c, t))
+    return te.create_prim_func([a, b, c0, *outs])
+
+
+def test_inlined_chain_is_cut_where_it_would_exceed_the_limit():
+    graph = StitchGraph.from_prim_func(cell_chain())
+    dom = find_dominants(graph)
+    local = set(dom.local)
+    counts, _ = inline_evaluations(graph, local)
+    assert max(counts.values()) <= INLINE_EVALUATIONS_LIMIT
+    assert any(f"c{t}" in dom.candidates for t in range(STEPS))  # some cell states are materialized
+    # without the bound every cell state would be inlined and c_0 evaluated once per later step
+    every_state_local = local | {f"c{t}" for t in range(STEPS)}
+    unbounded, _ = inline_evaluations(graph, every_state_local)
+    assert unbounded["c0"] == STEPS
+
+
+def test_the_inlined_function_does_the_planned_work_within_the_limit():
+    """Executed transcendentals of the function after inlining stay within the check layer's 3x."""
+    func = cell_chain()
+    planned = function_work(func)
+    sch, failed = inline_locals(func, find_dominants(StitchGraph.from_prim_func(func)).local)
+    assert not failed
+    inlined = function_work(sch.mod["main"])
+    assert inlined.transcendentals <= INLINE_EVALUATIONS_LIMIT * planned.transcendentals
+
+
+def gemv_of_activation(rows: int = 32, k: int = 64) -> tvm.tirx.PrimFunc:
+    """out[j] = sum_k W[j, k] * tanh(x[k]): the activation is read once per output row (an LSTM's h)."""
+    x = te.placeholder((k,), name="x")
+    w = te.placeholder((rows, k), name="w")
+    h = te.compute((k,), lambda i: te.tanh(x[i]), name="h")
+    r = te.reduce_axis((0, k), name="r")
+    out = te.compute((rows,), lambda j: te.sum(w[j, r] * h[r], axis=r), name="out")
+    return te.create_prim_func([x, w, out])
+
+
+def test_a_gemv_operand_is_materialized_not_recomputed_per_row():
+    func = gemv_of_activation()
+    dom = find_dominants(StitchGraph.from_prim_func(func))
+    assert "h" in dom.candidates
+    sch, _ = inline_locals(func, dom.local)
+    assert function_work(sch.mod["main"]).transcendentals == function_work(func).transcendentals
