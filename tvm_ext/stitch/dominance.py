@@ -5,8 +5,8 @@ On the ops of one PrimFunc (:class:`~tvm_ext.stitch.ops.StitchGraph`):
 * an op is **local** (kept in registers: inlined into its consumers) unless it is a reduction,
   a heavy elementwise op whose result some consumer reads one-to-many (a broadcast, possibly
   behind reshapes; a reduction that reuses the value along its row), an output of the
-  function, or a heavy or chained op that inlining would evaluate more than
-  :data:`INLINE_EVALUATIONS_LIMIT` times per element (a value read by several inlined
+  function, or an op with transcendentals (its own or inlined) that inlining would evaluate
+  more than :data:`INLINE_EVALUATIONS_LIMIT` times per element (a value read by several inlined
   consumers, each of them read again: an LSTM's cell state, inlined step into step, recomputes
   the recurrence from step 0 at every step); those are the **dominant candidates**;
 * the *upstream local closure* of a candidate is every local op (and function input) it
@@ -140,11 +140,15 @@ def inline_evaluations(graph: StitchGraph, local: set[str],
     An op that is not inlined is evaluated once; an inlined op as often as its consumers load it
     per element of its own (a broadcast or a GEMV's vector operand: many times), times each
     consumer's own count (program order is a topological order, so one backward pass suffices).
-    With ``limit``, an inlined op that would exceed it and is heavy, or inlines local producers
-    of its own (a chain), is materialized instead (greedy from the outputs back: its count, as
-    its producers see it, becomes one); a light op over inputs alone stays recomputed, which is
-    the local scheme's intent. Returns the counts and those ops.
+    With ``limit``, an inlined op that would exceed it and calls a transcendental, itself or
+    through the local ops it inlines, is materialized instead (greedy from the outputs back: its
+    count, as its producers see it, becomes one); light arithmetic (a ReLU and its padding read by
+    every output channel) stays recomputed, which is the local scheme's intent. Returns the counts
+    and those ops.
     """
+    heavy: dict[str, bool] = {}  # the op, or a local op it inlines, calls a transcendental
+    for op in graph.ops:
+        heavy[op.name] = op.heavy or any(heavy.get(p.name, False) for p, _ in graph.producers(op) if p.name in local)
     counts: dict[str, float] = {}
     promoted: set[str] = set()
     for op in reversed(graph.ops):
@@ -153,8 +157,7 @@ def inline_evaluations(graph: StitchGraph, local: set[str],
             continue
         consumers = {c.name: c for c, _ in graph.consumers(op)}.values()
         total = sum(_reads_per_element(op, c) * counts.get(c.name, 1.0) for c in consumers)
-        chained = any(p.name in local for p, _ in graph.producers(op))
-        if limit is not None and total > limit and (op.heavy or chained):
+        if limit is not None and total > limit and heavy[op.name]:
             promoted.add(op.name)
             total = 1.0
         counts[op.name] = max(1.0, total)
