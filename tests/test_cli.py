@@ -67,8 +67,17 @@ def test_presets(capsys):
 def test_devices(capsys):
     code, out, _ = _run(capsys, "devices")
     assert code == 0
-    row = next(ln for ln in out.splitlines() if ln.startswith("h100 "))
+    rows = {ln.split()[0]: ln for ln in out.splitlines()}
+    row = rows["h100"]
     assert "sm_90" in row and " 132 " in row and "3.35" in row and "tvm_ext/h100" in row
+    # per device: the kernels the shipped measurements price, and the cost-model constants fitted to them
+    from tvm_ext.select.database import shipped_database
+
+    measured = sum(r.device == "h200" for r in shipped_database())
+    assert "measured kernels" in out.splitlines()[0] and measured > 0
+    assert rows["h200"].split()[-5:] == [str(measured), "8", "fitted", "on", "h200"]
+    assert row.split()[-8:] == [str(measured), "on", "h200,", "scaled", "8", "fitted", "on", "h200"]
+    assert rows["a100"].split()[-2:] == ["-", "-"]
 
 
 def test_inspect_json(capsys, mlp_file):

@@ -31,19 +31,15 @@ def gemm_layer_norm_gemm(rows: int = 128, width: int = 256) -> relax.Function:
     return bb.get()
 
 
-def test_a_gemm_keeps_its_bias_add_and_the_layer_norm_is_a_tile_kernel_without_it():
-    """Connecting takes the bias add into the layer norm's group (the GEMM alone is cheaper as
-    dlight's kernel); the selector gets that group less the add too, and takes it: the GEMM's
-    kernel adds the bias, and the biased value is not written twice."""
+def test_the_calibrated_model_fuses_the_small_float32_gemms_with_their_neighbours():
+    """With the constants fitted on the H200's measurements (bench/modelled/validation.md), dlight's
+    small float32 GEMMs are priced above tile kernels that connect them: the first GEMM, its bias
+    and the layer norm become one kernel, the second GEMM with its residual another. (Before the
+    fit the GEMMs stayed dlight's and the layer norm was taken less the GEMM's bias add.)"""
     mod = gemm_layer_norm_gemm()
     tile = inspect(mod, preset="tilegraph")
     chosen = {g.ops: k.generator for g in tile.groups for k in tile.launches if k.func == g.func}
-    assert chosen == {("matmul", "add"): "dlight", LAYER_NORM: "tilegraph", ("matmul", "add2"): "dlight"}
-    assert "1 groups less a GEMM's epilogue" in tile.selection["main"]["notes"][0]
-    # the layer norm reads the biased value and writes its result, 128 x 256 float32 each; with
-    # the add it read the GEMM's raw output and the bias, and wrote the biased value out as well
-    (norm,) = [g for g in tile.groups if g.ops == LAYER_NORM]
-    assert norm.traffic_bytes == 2 * 128 * 256 * 4
+    assert chosen == {("matmul", "add", *LAYER_NORM): "tilegraph", ("matmul", "add2"): "tilegraph"}
 
 
 def test_the_cover_computes_what_the_graph_computes():

@@ -274,6 +274,7 @@ def _cmd_presets(_args: argparse.Namespace) -> int:
 
 def _cmd_devices(_args: argparse.Namespace) -> int:
     from .hardware import list_devices, load_device
+    from .hardware.calibrated import calibration_summary, measured_kernels
     from .inspect.render import text_table
 
     rows = []
@@ -283,9 +284,9 @@ def _cmd_devices(_args: argparse.Namespace) -> int:
         rows.append([d.name, d.full_name, d.arch, str(d.sm_count), f"{d.dram_bandwidth_bytes_per_s / 1e12:.2f}",
                      f"{d.peak_flops_for('float32') / 1e12:.1f}", "-" if fp16 is None else f"{fp16 / 1e12:.1f}",
                      f"{d.l2_cache_bytes / 2**20:.0f}", f"{d.max_shared_memory_per_block_optin // 1024}",
-                     f"tvm_ext/{d.name}"])
+                     f"tvm_ext/{d.name}", measured_kernels(d), calibration_summary(d)])
     head = ["name", "device", "arch", "SMs", "DRAM TB/s", "FP32 TFLOP/s", "FP16 TFLOP/s", "L2 MiB",
-            "smem/block KiB", "target tag"]
+            "smem/block KiB", "target tag", "measured kernels", "cost model constants"]
     print(text_table(head, rows))
     return 0
 

@@ -6,8 +6,8 @@ Each estimate says where it comes from, most reliable first:
    ``bench/results/*_steps.jsonl`` that the ingest of an earlier run wrote;
 2. **recorded medians** - for measurement steps: an assumed process start, the weights
    regenerated at the rate measured on this machine, and the timed runs at the newest measured
-   median of that (model, system) in ``bench/results/*.jsonl`` (else its modelled time times the
-   2.9x optimism the first H200 run measured, ``bench/results/README.md``);
+   median of that (model, system) in ``bench/results/*.jsonl`` (else its modelled time: the
+   calibrated model's leave-one-model-out geometric mean is 1.06, ``bench/modelled/validation.md``);
 3. **assumed** - a stated constant (:data:`ASSUMED_S`), for steps never recorded.
 """
 from __future__ import annotations
@@ -27,9 +27,10 @@ from .manifest import BuildEntry, Manifest, ModelEntry
 #: Assumed seconds where nothing was recorded yet; replaced by recorded step times after a run.
 ASSUMED_S = {"process": 4.0, "sanitize": 25.0, "torch-eager": 10.0, "torch-compile": 60.0, "ncu_start": 15.0,
              "ncu_per_kernel": 0.5}
-#: Measured optimism of the analytic model on the first H200 run (geometric mean over 60 profiled
-#: functions, ``bench/results/README.md``): a modelled time is scaled by it when nothing was measured.
-MODEL_OPTIMISM = 2.9
+#: Measured / modelled time of the calibrated model (leave-one-model-out over the H200's kernels,
+#: geometric mean of modelled/measured 1.06: ``bench/modelled/validation.md``); a modelled time is
+#: scaled by it when nothing was measured.
+MODEL_OPTIMISM = 1 / 1.06
 #: A step is killed after this many times its plan (and never before :data:`MIN_TIMEOUT_S`).
 TIMEOUT_FACTOR, MIN_TIMEOUT_S = 3.0, 30.0
 SANITIZER_TOOLS = ("memcheck", "racecheck", "synccheck")
@@ -110,7 +111,7 @@ class Estimator:
             if got:
                 ms, src = got[0], f"median of {got[1]}"
             elif b.modelled_time_s:
-                ms, src = b.modelled_time_s * 1e3 * MODEL_OPTIMISM, f"modelled x {MODEL_OPTIMISM}"
+                ms, src = b.modelled_time_s * 1e3 * MODEL_OPTIMISM, f"modelled x {MODEL_OPTIMISM:.2f}"
             else:
                 ms, src = 10.0, "10 ms assumed"
             seconds += timed * ms / 1e3

@@ -111,10 +111,10 @@ class DlightGenerator:
 
         def plan() -> tuple[str, Any, CodePath]:
             outcome = apply_rules(ctx.fused_function(members, recomputes), ctx.target)
-            path = CodePath.MMA_SYNC if uses_tensor_cores(outcome.func) else CodePath.SIMT
+            path = CodePath.WMMA if uses_tensor_cores(outcome.func) else CodePath.SIMT
             return outcome.rule, launch_shape(outcome.func), path
 
-        rule, launch, path = ctx.memo(key, plan)
+        rule, launch, path = ctx.shared_memo(key, plan)   # structural: shared by the build's runs
         plan_ = DlightPlan(rule, group)
         return Candidate.of(ctx.graph, members, plan_, launch=launch, code_path=path, provenance=provenance,
                             key=ctx.kernel_key(members, plan_, recomputes), recomputes=recomputes)

@@ -15,8 +15,10 @@ Rules a device file must follow:
 * the memory levels are exactly ``register``, ``shared``, ``l2``, ``dram``, fastest first,
   and agree with the scalar fields they repeat (capacities, DRAM bandwidth);
 * ``cost_model`` holds the constants of the analytic cost model (:data:`COST_FLOAT_FIELDS`,
-  :data:`COST_INT_FIELDS`, ``simt_peak_flops.<dtype>`` and ``efficiency.<code path>``), each with
-  a source; a constant nobody publishes is cited as ``"assumed: <reason>"``.
+  :data:`COST_INT_FIELDS`, ``simt_peak_flops.<dtype>`` and ``efficiency.<code path>``; optionally
+  :data:`COST_OPTIONAL_FRACTION_FIELDS`, :data:`COST_OPTIONAL_STR_FIELDS`), each with a source; a
+  constant nobody publishes is cited as ``"assumed: <reason>"``, one fitted to GPU measurements
+  as ``"fitted: ..."`` with the measurements and the script that fitted it.
 """
 from __future__ import annotations
 
@@ -61,9 +63,14 @@ MAPPING_FIELDS: tuple[str, ...] = ("peak_flops", "memory_levels", "cost_model", 
 COST_FLOAT_FIELDS: tuple[str, ...] = ("launch_overhead_s", "launch_overhead_graph_s", "grid_sync_s", "dram_latency_s",
                                       "dram_efficiency")
 COST_INT_FIELDS: tuple[str, ...] = ("bytes_in_flight_per_thread",)
-#: Code paths every device prices; ``wgmma`` only exists on devices that have it.
+#: Optional constants: a fraction (0 when absent) and ``sibling``, a device whose measurements stand
+#: for this one's ('' when absent).
+COST_OPTIONAL_FRACTION_FIELDS: tuple[str, ...] = ("simt_dram_efficiency",)
+COST_OPTIONAL_STR_FIELDS: tuple[str, ...] = ("sibling",)
+#: Code paths every device prices; ``wgmma`` only exists on devices that have it; a device without
+#: ``wmma`` (TVM's tensorized schedules) prices them as ``mma_sync``.
 CODE_PATHS_REQUIRED: tuple[str, ...] = ("simt", "simt_contraction", "wmma_tile", "mma_sync")
-CODE_PATHS_OPTIONAL: tuple[str, ...] = ("wgmma",)
+CODE_PATHS_OPTIONAL: tuple[str, ...] = ("wgmma", "wmma")
 
 #: Memory levels every device describes, fastest first, with their TVM storage scope.
 LEVEL_SCOPES: dict[str, str] = {"register": "local", "shared": "shared", "l2": "global", "dram": "global"}
@@ -180,12 +187,17 @@ def _parse_cost_model(path: Path, raw: Any) -> dict[str, Any]:
     missing = [key for key in sorted(known) if key not in raw]
     if missing:
         raise _fail(path, "cost_model", f"missing {', '.join(missing)}")
-    unknown = sorted(str(key) for key in set(raw) - known)
+    optional = set(COST_OPTIONAL_FRACTION_FIELDS + COST_OPTIONAL_STR_FIELDS)
+    unknown = sorted(str(key) for key in set(raw) - known - optional)
     if unknown:
         raise _fail(path, "cost_model", f"unknown key(s) {', '.join(unknown)}")
     out: dict[str, Any] = {key: _get_float(path, f"cost_model.{key}", raw[key]) for key in COST_FLOAT_FIELDS}
     out["dram_efficiency"] = _fraction(path, "cost_model.dram_efficiency", raw["dram_efficiency"])
     out.update({key: _get_int(path, f"cost_model.{key}", raw[key]) for key in COST_INT_FIELDS})
+    out.update({key: _fraction(path, f"cost_model.{key}", raw[key]) for key in COST_OPTIONAL_FRACTION_FIELDS
+                if key in raw})
+    out.update({key: _get_str(path, f"cost_model.{key}", raw[key]).lower() for key in COST_OPTIONAL_STR_FIELDS
+                if key in raw})
     simt = raw["simt_peak_flops"]
     if not isinstance(simt, Mapping) or not all(d in simt for d in REQUIRED_DTYPES):
         raise _fail(path, "cost_model.simt_peak_flops", f"expected a mapping with {', '.join(REQUIRED_DTYPES)}")
@@ -254,6 +266,8 @@ def required_sources(cfg: Mapping[str, Any]) -> list[str]:
         keys += [f"memory_levels.{level['name']}.{key}" for key in LEVEL_INT_FIELDS + LEVEL_FLOAT_FIELDS]
     cost = cfg["cost_model"]
     keys += [f"cost_model.{key}" for key in COST_FLOAT_FIELDS + COST_INT_FIELDS]
+    keys += [f"cost_model.{key}" for key in COST_OPTIONAL_FRACTION_FIELDS + COST_OPTIONAL_STR_FIELDS
+             if key in cost]
     keys += [f"cost_model.simt_peak_flops.{dtype}" for dtype in cost["simt_peak_flops"]]
     keys += [f"cost_model.efficiency.{code_path}" for code_path in cost["efficiency"]]
     return keys

@@ -121,6 +121,12 @@ class CostConstants:
         CUDA-core peak FLOP/s per dtype (no tensor cores).
     efficiency : Mapping
         Code path (``simt``, ``mma_sync``, ``wgmma``) -> fraction of its peak a kernel sustains.
+    simt_dram_efficiency : float
+        Fraction of the DRAM bandwidth a SIMT kernel (``simt``, ``simt_contraction``) sustains, where
+        it differs from ``dram_efficiency`` (0: the same).
+    sibling : str
+        A device whose measurements stand for this one's, scaled by the cost model's ratio of
+        the two ('' for none).
     """
 
     launch_overhead_s: float
@@ -131,6 +137,8 @@ class CostConstants:
     dram_efficiency: float
     simt_peak_flops: Mapping[str, float]
     efficiency: Mapping[str, float]
+    simt_dram_efficiency: float = 0.0
+    sibling: str = ""
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,8 @@ For a kernel (a :class:`~tvm_ext.select.candidate.Candidate`, or any object with
     compute = flops / (peak(path, dtype) x efficiency(path)) x wave quantization
     memory  = max(DRAM bytes / achievable DRAM bandwidth, global bytes / L2 bandwidth)
 
-* **peak(path, dtype)**: the tensor-core peak of the dtype for ``mma_sync`` / ``wgmma`` and
+* **peak(path, dtype)**: the tensor-core peak of the dtype for ``wmma`` (TVM's tensorized
+  schedules) / ``mma_sync`` / ``wgmma`` (CUTLASS 2.x / 3.x) and
   tile kernels' WMMA stages (``wmma_tile``, at a measured, much lower efficiency) (TF32 for
   float32 where the device has it), the CUDA-core peak (``simt_peak_flops``) for SIMT
   and thread-per-output contractions (``simt_contraction``, at a measured, much lower efficiency);
@@ -21,6 +22,8 @@ For a kernel (a :class:`~tvm_ext.select.candidate.Candidate`, or any object with
   :func:`~tvm_ext.cutlass.pricing.describe`), else its distinct bytes (``unique_bytes``) when they
   fit in L2 (:func:`fits_l2`: re-reads then hit L2), else everything it moves (``global_bytes``);
 * **achievable DRAM bandwidth**: ``min(datasheet x dram_efficiency, bytes in flight / latency)``
+  (a SIMT kernel's at ``simt_dram_efficiency`` where the device file gives one: fitted to TVM's
+  SIMT kernels, which stream far below a copy benchmark)
   (Little's law), where bytes in flight = resident blocks (one wave, from the occupancy
   calculator) x per block ``threads x bytes_in_flight_per_thread`` -- or, for tensor-core kernels,
   whose pipelined copies (cp.async stages, TMA) keep their staged shared memory in flight, the
@@ -85,8 +88,8 @@ def peak_flops(device: DeviceSpec, code_path: CodePath, dtype: str) -> float:
 
 
 def efficiency(device: DeviceSpec, code_path: CodePath) -> float:
-    """The fraction of its peak ``code_path`` sustains on ``device`` (``wgmma`` where the device
-    has none is priced as ``mma_sync``)."""
+    """The fraction of its peak ``code_path`` sustains on ``device`` (``wgmma`` or ``wmma`` where the
+    device file gives none is priced as ``mma_sync``)."""
     eff = device.cost.efficiency
     return eff.get(code_path.value, eff["mma_sync"])
 
@@ -155,7 +158,9 @@ class AnalyticCostModel:
             # the staged tiles in flight
             per_block = max(per_block, launch.shared_bytes)
         in_flight = min(launch.grid, resident_blocks(device, launch)) * per_block
-        dram_bw = min(device.dram_bandwidth_bytes_per_s * c.dram_efficiency, in_flight / c.dram_latency_s)
+        simt = kernel.code_path in (CodePath.SIMT, CodePath.SIMT_CONTRACTION)
+        fraction = c.simt_dram_efficiency if simt and c.simt_dram_efficiency else c.dram_efficiency
+        dram_bw = min(device.dram_bandwidth_bytes_per_s * fraction, in_flight / c.dram_latency_s)
         l2_bw = device.level("l2").bandwidth_bytes_per_s
         memory = max(dram_bytes(kernel, device) / dram_bw, kernel.global_bytes / l2_bw) if kernel.global_bytes else 0.0
         return compute, memory

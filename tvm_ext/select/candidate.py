@@ -34,7 +34,10 @@ class CodePath(str, enum.Enum):
     #: Tensor-core WMMA fragments, one 16x16 output fragment per warp at a time, operands staged
     #: whole per tile in shared memory, no pipelining: the GEMM stages of tile-graph kernels.
     WMMA_TILE = "wmma_tile"
-    #: Warp-level tensor-core MMA (``mma.sync`` / WMMA): CUTLASS 2.x, dlight's tensorized matmul.
+    #: Tensor-core WMMA fragments in TVM's own tensorized schedules: dlight's Matmul rule (and the
+    #: GEMM stages subprogram kernels build with it), operands staged through shared memory.
+    WMMA = "wmma"
+    #: Warp-level tensor-core MMA (``mma.sync``) of a library's pipelined kernels: CUTLASS 2.x.
     MMA_SYNC = "mma_sync"
     #: Hopper warp-group MMA fed by TMA: CUTLASS 3.x.
     WGMMA = "wgmma"

@@ -4,7 +4,11 @@ Besides the graph, the device and the target, the context builds the fused PrimF
 set would become (:meth:`SelectionContext.fused_function`: the set's bindings alone in a small
 module, emitted as one ``Primitive`` function and run through ``FuseTIR``, exactly as the
 final module will be) and caches it by a structural *signature* of the set, so that identical
-layers (BERT's twelve) are fused and planned once.
+layers (BERT's twelve) are fused and planned once. Plans keyed by structure alone
+(:meth:`SelectionContext.shared_memo`) are also shared by the contexts of one build: its
+graph-stage runs with and without a rewrite (:mod:`tvm_ext.driver.graph_choice`) and its
+re-selection rounds plan each group once. Each generator spends planning work from its
+:meth:`~SelectionContext.meter` (:mod:`tvm_ext.select.budget`).
 
 Example
 -------
@@ -25,6 +29,7 @@ from tvm import relax, tirx
 from ..errors import TVM_ERRORS
 from ..graph import OpGraph
 from ..hardware import DeviceSpec
+from .budget import UNLIMITED, BudgetMeter, PlanningBudget
 from .emit import EmitError, Rebind, call_bindings, emit_groups, var_refs
 from .plan import plan_to_text
 
@@ -48,10 +53,15 @@ class SelectionContext:
         The compilation target.
     origin : relax.Function, optional
         The function before legalization (library generators match their patterns on it).
+    shared : dict, optional
+        Plans by structure shared with other contexts of the same build (:meth:`shared_memo`).
+    budget : PlanningBudget, optional
+        The preset's planning budget (default: unlimited).
     """
 
     def __init__(self, mod: tvm.IRModule, func_name: str, graph: OpGraph, device: DeviceSpec,
-                 target: tvm.target.Target, origin: relax.Function | None = None):
+                 target: tvm.target.Target, origin: relax.Function | None = None, *,
+                 shared: dict | None = None, budget: PlanningBudget | None = None):
         self.mod = mod
         self.func_name = func_name
         self.graph = graph
@@ -69,6 +79,9 @@ class SelectionContext:
         self.notes: list[str] = []
         self._func_hash: dict[str, int] = {}
         self._memo: dict[Hashable, Any] = {}
+        self._shared = self._memo if shared is None else shared
+        self.budget = budget or UNLIMITED
+        self._meters: dict[str, BudgetMeter] = {}
         self._order = {n: k for k, n in enumerate(graph.topological_order())}
 
     def call_nodes(self) -> list[int]:
@@ -106,6 +119,21 @@ class SelectionContext:
         if key not in self._memo:
             self._memo[key] = compute()
         return self._memo[key]
+
+    def shared_memo(self, key: Hashable, compute: Callable[[], T]) -> T:
+        """:meth:`memo` for a ``key`` made of structure only (a :meth:`signature`, a plan), shared
+        with the other contexts of the build for the same device and target."""
+        full = ("shared", self.device.name, str(self.target), key)
+        if full not in self._shared:
+            self._shared[full] = compute()
+        return self._shared[full]
+
+    def meter(self, generator: str) -> BudgetMeter:
+        """The planning budget of ``generator`` on this function (made on first use, scaled by
+        the call nodes; its seconds count from then)."""
+        if generator not in self._meters:
+            self._meters[generator] = self.budget.meter(generator, len(self.call_nodes()))
+        return self._meters[generator]
 
     def _hash(self, func_name: str) -> int:
         if func_name not in self._func_hash:
@@ -147,8 +175,8 @@ class SelectionContext:
         """The measurement-database key of a TIR kernel (:func:`kernel_key`)."""
         members = self.ordered(nodes)
         recomputes = tuple(recomputes)
-        return self.memo(("kernel_key", self.signature(members, recomputes), plan_to_text(plan)),
-                         lambda: kernel_key(self.fused_function(members, recomputes), plan))
+        return self.shared_memo(("kernel_key", self.signature(members, recomputes), plan_to_text(plan)),
+                                lambda: kernel_key(self.fused_function(members, recomputes), plan))
 
     def fused_function(self, nodes: Iterable[int], recomputes: Iterable[int] = ()) -> tirx.PrimFunc:
         """The PrimFunc ``FuseTIR`` makes of ``nodes`` (a node's own PrimFunc when alone); the

@@ -22,6 +22,7 @@ Example
 from __future__ import annotations
 
 import datetime
+import functools
 import json
 import os
 from dataclasses import dataclass, field
@@ -32,6 +33,9 @@ from ..errors import TvmExtError
 
 #: Environment variable naming the database file the pipelines read by default.
 DATABASE_ENV = "TVM_EXT_DATABASE"
+#: The measurements the package ships (``<device>.jsonl``: per-kernel GPU times, the records of
+#: ``bench/measurements/`` of the repository), read by every build.
+PACKAGED_MEASUREMENTS_DIR = Path(__file__).resolve().parent.parent / "hardware" / "measurements"
 
 
 class DatabaseError(TvmExtError):
@@ -82,7 +86,8 @@ class Record:
 
 class Database:
     """A JSON-lines file of :class:`Record` (created on the first :meth:`add`); a missing file is
-    an empty database.
+    an empty database. :meth:`read` adds another file's records to the index (the path None: a
+    read-only union of files).
 
     Raises
     ------
@@ -90,17 +95,24 @@ class Database:
         A line of the file is not a valid record (the message names file and line).
     """
 
-    def __init__(self, path: str | os.PathLike[str]):
-        self.path = Path(path)
+    def __init__(self, path: str | os.PathLike[str] | None):
+        self.path = Path(path) if path is not None else None
         self._records: dict[tuple[str, str, str], list[Record]] = {}
-        if self.path.exists():
-            for number, line in enumerate(self.path.read_text().splitlines(), start=1):
-                if not line.strip():
-                    continue
-                try:
-                    self._keep(Record.from_json(line))
-                except (ValueError, KeyError, TypeError) as err:
-                    raise DatabaseError(f"{self.path}:{number}: bad record: {err}") from err
+        if self.path is not None:
+            self.read(self.path)
+
+    def read(self, path: str | os.PathLike[str]) -> None:
+        """Add the records of another file to the index (not to :attr:`path`); a missing file adds none."""
+        path = Path(path)
+        if not path.exists():
+            return
+        for number, line in enumerate(path.read_text().splitlines(), start=1):
+            if not line.strip():
+                continue
+            try:
+                self._keep(Record.from_json(line))
+            except (ValueError, KeyError, TypeError) as err:
+                raise DatabaseError(f"{path}:{number}: bad record: {err}") from err
 
     def _keep(self, record: Record) -> None:
         self._records.setdefault(record.index, []).append(record)
@@ -124,7 +136,15 @@ class Database:
         return min(found, key=lambda r: r.latency_s) if found else None
 
     def add(self, record: Record) -> None:
-        """Append ``record`` to the file and the index."""
+        """Append ``record`` to the file and the index.
+
+        Raises
+        ------
+        DatabaseError
+            The database has no file (a read-only union such as :func:`shipped_database`).
+        """
+        if self.path is None:
+            raise DatabaseError("this database is read-only (it has no file to append to)")
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with self.path.open("a") as fh:
             fh.write(record.to_json() + "\n")
@@ -137,4 +157,15 @@ def default_database() -> Database | None:
     return Database(path) if path else None
 
 
-__all__ = ["DATABASE_ENV", "Database", "DatabaseError", "Record", "default_database"]
+@functools.lru_cache(maxsize=4)
+def shipped_database(directory: str | os.PathLike[str] = PACKAGED_MEASUREMENTS_DIR) -> Database:
+    """Every record the package ships (``*.jsonl`` of ``directory``), read once, read-only."""
+    directory = Path(directory)
+    db = Database(None)
+    for path in sorted(directory.glob("*.jsonl")):
+        db.read(path)
+    return db
+
+
+__all__ = ["DATABASE_ENV", "PACKAGED_MEASUREMENTS_DIR", "Database", "DatabaseError", "Record", "default_database",
+           "shipped_database"]

@@ -5,8 +5,8 @@ built, whichever preset built them (TVM's own pipeline included), so that preset
 the same footing. :func:`describe_scheduled` reads a scheduled PrimFunc: its flops (from its
 unscheduled form), its global traffic (every parameter once, an input it only gathers from as
 much as it gathers; a workspace the schedule added is written and read back), its launch shape
-(:func:`~tvm_ext.select.launch.launch_shape`) and its code path (tensor-core fragments mean
-``mma_sync``); a multi-stage kernel whose plan carries its stages' work (``plan.work``) is priced
+(:func:`~tvm_ext.select.launch.launch_shape`) and its code path (tensor-core fragments in a
+TVM schedule mean ``wmma``); a multi-stage kernel whose plan carries its stages' work (``plan.work``) is priced
 stage by stage with them, as the selection priced it. :func:`describe_library` reads a library
 kernel's record (:data:`~tvm_ext.select.attrs.LIBRARY_KERNELS_ATTR`).
 
@@ -94,7 +94,7 @@ def describe_scheduled(graph_func: tirx.PrimFunc, scheduled: tirx.PrimFunc,
         plan = None
     planned_path = getattr(plan, "code_path", None)     # a plan that knows how its arithmetic runs says so
     path = code_path or (CodePath(planned_path) if planned_path else
-                         CodePath.MMA_SYNC if uses_tensor_cores(scheduled) else CodePath.SIMT)
+                         CodePath.WMMA if uses_tensor_cores(scheduled) else CodePath.SIMT)
     key = kernel_key(graph_func, plan) if plan is not None else ""
     # a plan that modelled its own traffic (a tile kernel re-reads operand tiles per block) is
     # priced with it, as the selection priced it

@@ -32,7 +32,7 @@ _TENSOR_CORE_SCOPES = ("wmma.", "m16n8k8.", "mma.")
 
 
 def uses_tensor_cores(func: tirx.PrimFunc) -> bool:
-    """Whether a scheduled ``func`` allocates tensor-core fragments (its code path is ``mma_sync``)."""
+    """Whether a scheduled ``func`` allocates tensor-core fragments (TVM's schedules: code path ``wmma``)."""
     found: list[bool] = []
 
     def on_block(block) -> None:

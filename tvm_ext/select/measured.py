@@ -3,12 +3,23 @@
 :class:`MeasuredCostModel` prices a kernel, in order of preference:
 
 1. **measured** — the fastest :class:`~tvm_ext.select.database.Record` of the kernel's key on
-   the device whose configuration is the kernel's (:mod:`tvm_ext.select.runner` or the CUTLASS
-   profiler wrote it on a GPU);
+   the device whose configuration is the kernel's (:mod:`tvm_ext.select.runner`, the CUTLASS
+   profiler or a GPU run's Nsight Compute profile wrote it); a kernel without a key (no plan: TVM's
+   own dlight schedules) matches the keyless records whose kernel description (work, traffic,
+   launch; the code path aside) is its own (median of them). The records are the user's
+   database and the ones the package ships (:func:`~tvm_ext.select.database.shipped_database`),
+   in that order; without a record on the device, a record on its documented sibling
+   (``cost_model.sibling``: the H100 and H200 share the GH100 compute configuration) is scaled by
+   the analytic model's ratio of the two devices for the record's kernel (the DRAM bandwidth is
+   what differs);
 2. **learned** — with at least ``min_records`` measurements on the device, an xgboost model of
    the analytic model's residual ``log(measured / analytic)`` over the kernel's features (flops,
    bytes, grid, block, registers, shared memory, code path), as MetaSchedule's XGBModel does;
 3. **analytic** — :class:`~tvm_ext.select.analytic.AnalyticCostModel` alone.
+
+The learned correction is trained only when a user database is given (``$TVM_EXT_DATABASE``), on
+its records of the device; the shipped records price their own kernels and calibrate the
+analytic constants (:mod:`tvm_ext.select.calibration`).
 
 Records carry the kernel description they were measured for (``config["kernel"]``, see
 :func:`kernel_description`), so the residual can be recomputed whenever the analytic model
@@ -26,11 +37,11 @@ import logging
 import math
 from typing import Any, Mapping
 
-from ..hardware import DeviceSpec
+from ..hardware import DeviceSpec, load_device
 from .analytic import AnalyticCostModel, Priced
 from .candidate import CodePath
 from .cost import CostEstimate
-from .database import Database, Record, default_database
+from .database import Database, Record, default_database, shipped_database
 from .describe import description_from_json
 
 logger = logging.getLogger(__name__)
@@ -73,23 +84,33 @@ class MeasuredCostModel:
         Measurements (default: ``$TVM_EXT_DATABASE`` when set, else none).
     min_records : int
         Measurements on a device before the learned correction is used.
+    shipped : bool
+        Also price from the measurements the package ships.
     """
 
     def __init__(self, analytic: AnalyticCostModel | None = None, database: Database | None = None,
-                 min_records: int = MIN_RECORDS):
+                 min_records: int = MIN_RECORDS, shipped: bool = True):
         self.analytic = analytic or AnalyticCostModel()
         self.database = database if database is not None else default_database()
+        self.shipped = shipped_database() if shipped else None
         self.min_records = min_records
         self._learned: dict[str, Any] = {}
 
-    def _measured(self, kernel, device: DeviceSpec) -> Record | None:
-        if self.database is None or not getattr(kernel, "key", ""):
-            return None
-        wanted = measured_config(kernel.plan) if getattr(kernel, "plan", None) is not None else None
-        dtype = getattr(kernel, "database_dtype", kernel.dtype)
-        found = [r for r in self.database.records(kernel.key, device.name, dtype)
-                 if wanted is None or dict(r.config.get("measured", r.config)) == dict(wanted)]
-        return min(found, key=lambda r: r.latency_s) if found else None
+    def _measured(self, kernel, device: DeviceSpec) -> tuple[float, dict[str, float]] | None:
+        """Seconds and parts of ``kernel``'s measurement on ``device`` or its sibling, or None."""
+        for db in (self.database, self.shipped):
+            record = _lookup(db, kernel, device.name)
+            if record is not None:
+                return record.latency_s, {"measured_s": record.latency_s}
+        sibling = device.cost.sibling
+        for db in (self.database, self.shipped) if sibling else ():
+            record = _lookup(db, kernel, sibling)
+            if record is not None and "kernel" in record.config:
+                described = description_from_json(record.config["kernel"])
+                there = self.analytic.cost(described, load_device(sibling)).seconds
+                scale = self.analytic.cost(described, device).seconds / there if there > 0 else 1.0
+                return record.latency_s * scale, {"measured_s": record.latency_s * scale, "sibling_scale": scale}
+        return None
 
     def _model(self, device: DeviceSpec):
         """The xgboost residual model of ``device`` (None with too few described records)."""
@@ -116,9 +137,9 @@ class MeasuredCostModel:
 
     def cost(self, kernel: Priced, device: DeviceSpec) -> CostEstimate:
         """Seconds of one call of ``kernel`` on ``device`` with the best source available."""
-        record = self._measured(kernel, device)
-        if record is not None:
-            return CostEstimate(record.latency_s, "measured", {"measured_s": record.latency_s})
+        found = self._measured(kernel, device)
+        if found is not None:
+            return CostEstimate(found[0], "measured", found[1])
         base = self.analytic.cost(kernel, device)
         model = self._model(device) if self.database is not None else None
         if model is None:
@@ -129,6 +150,38 @@ class MeasuredCostModel:
 
         correction = float(model.predict(xgboost.DMatrix(np.asarray([features(kernel, base.seconds)])))[0])
         return CostEstimate(base.seconds * math.exp(correction), "learned", {**base.parts, "log_correction": correction})
+
+
+def _matching(db: Database | None, kernel, device: str) -> list[Record]:
+    """``db``'s records of ``kernel`` on ``device``: by key and plan, or, for a kernel without a
+    key, the keyless records with its description."""
+    if db is None:
+        return []
+    dtype = getattr(kernel, "database_dtype", kernel.dtype)
+    key = getattr(kernel, "key", "")
+    if not key:
+        described = _without_path(kernel_description(kernel))
+        return [r for r in db.records("", device, dtype) if "measured" not in r.config
+                and _without_path(r.config.get("kernel") or {}) == described]
+    wanted = measured_config(kernel.plan) if getattr(kernel, "plan", None) is not None else None
+    return [r for r in db.records(key, device, dtype)
+            if wanted is None or dict(r.config.get("measured", r.config)) == dict(wanted)]
+
+
+def _without_path(described: Mapping[str, Any]) -> dict[str, Any]:
+    """A description without its code path (records of TVM's tensorized kernels written before the
+    ``wmma`` path say ``mma_sync``; the work and launch identify the kernel)."""
+    return {k: v for k, v in described.items() if k != "code_path"}
+
+
+def _lookup(db: Database | None, kernel, device: str) -> Record | None:
+    """The record that stands for ``kernel`` on ``device`` in ``db``: the fastest of its key and
+    plan; for a kernel without a key, the (lower) median of the keyless records with its
+    description (several functions may share one); None without any."""
+    found = sorted(_matching(db, kernel, device), key=lambda r: r.latency_s)
+    if not found:
+        return None
+    return found[0] if getattr(kernel, "key", "") else found[(len(found) - 1) // 2]
 
 
 def record_fields(kernel) -> dict[str, Any]:

@@ -36,6 +36,7 @@ from tvm import relax
 from ..graph import OpGraph
 from ..hardware import DeviceSpec
 from .attrs import SELECTION_ATTR
+from .budget import PlanningBudget
 from .context import SelectionContext
 from .cost import CostModel
 from .emission import emit_selection
@@ -78,11 +79,18 @@ class SelectKernels:
     recompute : bool
         Also offer the candidates that recompute cheap shared nodes
         (:func:`~tvm_ext.select.recompute.recomputing_candidates`); for a cost-based selector.
+    budget : PlanningBudget, optional
+        Each generator's planning budget per function (default: unlimited).
+    shared : dict, optional
+        Plans by structure, shared by every function and every run of this pass (a
+        :class:`~tvm_ext.driver.graph_choice.CheaperOf` runs it twice) and, when the driver hands
+        the same dict to each round's pass, by its re-selection rounds.
     """
 
     def __init__(self, generators: Sequence[str | Generator], selector: Selector, device: DeviceSpec,
                  target: tvm.target.Target | None = None, cost: CostModel | None = None,
-                 excluded: Mapping[str, str] | None = None, recompute: bool = False):
+                 excluded: Mapping[str, str] | None = None, recompute: bool = False,
+                 budget: PlanningBudget | None = None, shared: dict | None = None):
         self.generators = [get_generator(g) if isinstance(g, str) else g for g in generators]
         self.selector = selector
         self.device = device
@@ -90,6 +98,8 @@ class SelectKernels:
         self.cost = cost
         self.excluded = dict(excluded or {})
         self.recompute = recompute
+        self.budget = budget
+        self.shared = {} if shared is None else shared
 
     def transform_module(self, mod: tvm.IRModule, ctx) -> tvm.IRModule:  # noqa: D102 - pass protocol
         target = self.target or tvm.target.Target.current(allow_none=False)
@@ -109,7 +119,8 @@ class SelectKernels:
                 logger.warning("kernel selection skipped for function '%s': its calls do not match the graph", name)
                 report[name] = {"skipped": "calls do not match the OpGraph nodes"}
                 continue
-            sel_ctx = SelectionContext(mod, name, graph, self.device, target, origins.get(name))
+            sel_ctx = SelectionContext(mod, name, graph, self.device, target, origins.get(name),
+                                       shared=self.shared, budget=self.budget)
             candidates: list = []
             proposers = [g.candidates for g in self.generators]
             if self.recompute:

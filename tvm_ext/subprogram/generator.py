@@ -96,7 +96,7 @@ def _stage_nodes(ctx: SelectionContext, members: tuple[int, ...], plan: Subprogr
 
 def _stage_work(ctx: SelectionContext, nodes: list[int], made: Design, k: int) -> StageWork:
     stage = made.stages[k]
-    path = CodePath.MMA_SYNC if stage.tensor_cores else CodePath.SIMT
+    path = CodePath.WMMA if stage.tensor_cores else CodePath.SIMT
     moved = boundary_bytes(ctx.graph, nodes)
     return StageWork(flops=int(sum(ctx.graph.nodes[n].flops for n in nodes)), global_bytes=moved,
                      launch=LaunchShape(grid=stage.grid, threads=made.plan.threads.threads,
@@ -158,12 +158,12 @@ class SubprogramGenerator:
             return None
         stages = tuple(_stage_work(ctx, nodes, made, k) for k, nodes in enumerate(stage_nodes))
         plan = dataclasses.replace(made.plan, work=stages)
-        tensor = any(s.code_path == CodePath.MMA_SYNC for s in stages)
+        tensor = any(s.code_path == CodePath.WMMA for s in stages)
         launch = LaunchShape(grid=plan.grid, threads=plan.threads.threads,
                              shared_bytes=max(s.launch.shared_bytes for s in stages), grid_syncs=plan.grid_syncs)
         total = sum(s.global_bytes for s in stages)
         return Candidate.of(ctx.graph, members, plan, launch=launch, global_bytes=total,
-                            code_path=CodePath.MMA_SYNC if tensor else CodePath.SIMT,
+                            code_path=CodePath.WMMA if tensor else CodePath.SIMT,
                             provenance=f"subprogram: {len(stages)} stages merged, {plan.grid_syncs} grid barriers",
                             key=ctx.kernel_key(members, plan), stages=stages)
 

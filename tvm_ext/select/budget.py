@@ -1,0 +1,134 @@
+"""Planning budgets: how much work a generator may spend on one function before it stops.
+
+A generator that searches (tile-graph connecting, Korch's convex sets, SOUFFLE's subprograms)
+plans groups of nodes one after another; on an unusual graph that can take far longer than the
+model's size suggests. A preset sets a :class:`PlanningBudget`: work units and wall-clock seconds
+per call node of the function, each with a floor for small graphs. The selection pass gives each
+generator a :class:`BudgetMeter` per function (:meth:`SelectionContext.meter
+<tvm_ext.select.context.SelectionContext.meter>`); the generator charges what it plans
+(:meth:`BudgetMeter.spend`) and, once :attr:`BudgetMeter.exhausted`, stops searching and hands
+the selector the candidates it has. Selection and the build go on; the selection report says
+so (:meth:`BudgetMeter.note`: ``"tilegraph: budget exhausted after 40 of 52 groups ..."``).
+
+A work unit is the generator's own measure of planning effort, stated where it charges (the
+tile graph: one node of a group planned, so a group of five nodes costs five units). Work units
+make the cut deterministic; the seconds are a guard against a slow unit, and make a build that
+hits them depend on the machine.
+
+Example
+-------
+>>> meter = PlanningBudget(work_per_node=2, min_work=0).meter("tilegraph", nodes=10)
+>>> meter.spend(20); meter.exhausted
+True
+"""
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ..errors import TvmExtError
+
+
+class BudgetError(TvmExtError):
+    """A planning budget with a negative or non-finite amount."""
+
+
+@dataclass(frozen=True)
+class PlanningBudget:
+    """Work a generator may spend planning one function, scaled by the function's call nodes.
+
+    Parameters
+    ----------
+    work_per_node, min_work : float
+        Work units allowed: ``max(min_work, work_per_node x nodes)``; ``inf`` for no limit.
+    seconds_per_node, min_seconds : float
+        Wall-clock seconds allowed, likewise; ``inf`` for no limit.
+    """
+
+    #: *assumed*: about five times what connecting the seed suite's models spends (BERT, ViT,
+    #: Swin-T, ConvNeXt: 6 to 12 units per node), so only unusual graphs reach it.
+    work_per_node: float = 60.0
+    min_work: float = 2000.0
+    #: *assumed*: a bound on compile time, not a quality knob: about 4x the tile graph's seconds per
+    #: node on the seed suite on a 2-core build machine.
+    seconds_per_node: float = 1.0
+    min_seconds: float = 120.0
+
+    def __post_init__(self) -> None:
+        for name in ("work_per_node", "min_work", "seconds_per_node", "min_seconds"):
+            value = getattr(self, name)
+            if not value >= 0 or math.isnan(value):
+                raise BudgetError(f"planning budget: {name} must be >= 0, got {value!r}")
+
+    def work_limit(self, nodes: int) -> float:
+        """Work units allowed for a function of ``nodes`` call nodes."""
+        return max(self.min_work, self.work_per_node * nodes)
+
+    def seconds_limit(self, nodes: int) -> float:
+        """Seconds allowed for a function of ``nodes`` call nodes."""
+        return max(self.min_seconds, self.seconds_per_node * nodes)
+
+    def meter(self, generator: str, nodes: int, clock: Callable[[], float] = time.perf_counter) -> "BudgetMeter":
+        """A fresh meter for ``generator`` on a function of ``nodes`` call nodes (seconds count from now)."""
+        return BudgetMeter(generator, self.work_limit(nodes), self.seconds_limit(nodes), clock)
+
+
+#: No limit at all (tests that need every candidate; the default of a context without a preset).
+UNLIMITED = PlanningBudget(work_per_node=math.inf, min_work=math.inf, seconds_per_node=math.inf,
+                           min_seconds=math.inf)
+
+
+class BudgetMeter:
+    """What one generator has spent on one function (see the module docstring).
+
+    Parameters
+    ----------
+    generator : str
+        The generator's name, for the report.
+    work_limit, seconds_limit : float
+        The allowance (``inf``: none).
+    clock : callable
+        Seconds since some origin (``time.perf_counter``); the meter starts when it is made.
+    """
+
+    def __init__(self, generator: str, work_limit: float, seconds_limit: float,
+                 clock: Callable[[], float] = time.perf_counter):
+        self.generator = generator
+        self.work_limit = work_limit
+        self.seconds_limit = seconds_limit
+        self.work = 0.0
+        self._clock = clock
+        self._start = clock()
+        self._stopped = False
+
+    @property
+    def seconds(self) -> float:
+        """Seconds since the meter was made."""
+        return self._clock() - self._start
+
+    def spend(self, units: float) -> None:
+        """Charge ``units`` of work."""
+        self.work += units
+
+    @property
+    def exhausted(self) -> bool:
+        """Whether the work or the seconds are spent; once true it stays true (the generator
+        stops at a consistent point, not at every check the clock happens to pass)."""
+        if not self._stopped:
+            self._stopped = self.work >= self.work_limit or self.seconds >= self.seconds_limit
+        return self._stopped
+
+    def note(self, done: int, asked: int, what: str = "groups") -> str:
+        """The report line: ``"<generator>: budget exhausted after <done> of <asked> <what> ..."``."""
+        return (f"{self.generator}: budget exhausted after {done} of {asked} {what} planned "
+                f"({self.work:.0f} of {_amount(self.work_limit)} work units, {self.seconds:.0f} of "
+                f"{_amount(self.seconds_limit)} s); its candidates so far went to the selector")
+
+
+def _amount(limit: float) -> str:
+    return "unlimited" if math.isinf(limit) else f"{limit:.0f}"
+
+
+__all__ = ["BudgetError", "BudgetMeter", "PlanningBudget", "UNLIMITED"]
