@@ -4,7 +4,7 @@ from __future__ import annotations
 import tvm
 from tvm import te
 
-from tvm_ext.checks.work import function_work
+from tvm_ext.analysis.work import function_work
 from tvm_ext.stitch import StitchGraph, find_dominants
 from tvm_ext.stitch.dominance import INLINE_EVALUATIONS_LIMIT, inline_evaluations
 from tvm_ext.stitch.planner import inline_locals

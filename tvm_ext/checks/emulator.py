@@ -28,12 +28,12 @@ import numpy as np
 import tvm_ffi
 from tvm import tirx
 
+from ..analysis.work import Work
 from .memory import POISON, Finding, Race, Record, Storage, races, summarise
 from .tir_expr import is_sync
 from .tir_stmt import BufferView, compile_kernel, thread_extents
 from .values import bits
 from .wmma import TensorCoreOps
-from .work import Work
 
 WARP = 32
 _AXES = ("x", "y", "z")

@@ -21,6 +21,7 @@ import numpy as np
 import tvm
 from tvm import tirx
 
+from ..analysis.work import Work, function_work
 from ..testing.compare import compare_outputs
 from ..testing.tolerance import tolerance_for
 from .emulator import WorkOverBudget, emulate_launch
@@ -34,8 +35,6 @@ from .work import (
     EMULATION_BUDGET,
     PERFORMANCE_KINDS,
     RECOMPUTE_LIMIT,
-    Work,
-    function_work,
 )
 
 #: Default time limit of one launch's emulation, in seconds: a kernel whose emulation would take

@@ -17,11 +17,11 @@ import scipy.special
 import tvm
 from tvm import tirx
 
+from ..analysis.work import TRANSCENDENTAL
 from ..errors import TvmExtError
 from .values import element_dtype, lanes_of
 from .wmma import OPS as TENSOR_CORE_OPS
 from .wmma import access_ptr
-from .work import TRANSCENDENTAL
 
 Closure = Callable[[Any], Any]
 

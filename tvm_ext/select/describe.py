@@ -6,7 +6,11 @@ the same footing. :func:`describe_scheduled` reads a scheduled PrimFunc: its flo
 unscheduled form), its global traffic (every parameter once, an input it only gathers from as
 much as it gathers; a workspace the schedule added is written and read back), its launch shape
 (:func:`~tvm_ext.select.launch.launch_shape`) and its code path (tensor-core fragments in a
-TVM schedule mean ``wmma``); a multi-stage kernel whose plan carries its stages' work (``plan.work``) is priced
+TVM schedule mean ``wmma``); a kernel that executes more work than its function plans
+(:func:`~tvm_ext.analysis.work.executed_work` over :func:`~tvm_ext.analysis.work.function_work`:
+recomputation, a guard that lets every thread redo one thread's work) is priced from what it
+executes, its flops and global traffic scaled by the executed/planned arithmetic (transcendentals
+weighted, :attr:`~tvm_ext.analysis.work.Work.arithmetic`) and global loads; a multi-stage kernel whose plan carries its stages' work (``plan.work``) is priced
 stage by stage with them, as the selection priced it. :func:`describe_library` reads a library
 kernel's record (:data:`~tvm_ext.select.attrs.LIBRARY_KERNELS_ATTR`).
 
@@ -20,16 +24,22 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from tvm import tirx
 
 from ..analysis import element_bytes
+from ..analysis.work import executed_work, function_work
 from ..graph import func_flops, gathered_reads
 from .candidate import CodePath, LaunchShape
 from .launch import launch_shape, uses_tensor_cores
 
+#: Executed work within this factor of the planned is priced as planned (*assumed*: the counts
+#: differ by a few percent in convention, e.g. a padded tile's softmax over its padded rows,
+#: which the plan's padding flops leave out; recomputation is a multiple).
+EXECUTED_MARGIN = 1.1
 
 
 @dataclass(frozen=True)
@@ -49,6 +59,15 @@ class KernelDescription:
     dram_bytes: int = 0
     #: The stages of a multi-stage kernel, from its plan (``plan.work``), priced one after another.
     stages: tuple = ()
+    #: Executed / planned arithmetic and global loads of the built kernel (>= 1: the factors its flops
+    #: and traffic were scaled by; 1.0 where it executes no more than planned).
+    executed_flops_ratio: float = 1.0
+    executed_loads_ratio: float = 1.0
+
+    @property
+    def recomputes(self) -> bool:
+        """Whether it was priced above its plan for executing more than it plans."""
+        return max(self.executed_flops_ratio, self.executed_loads_ratio) > 1.0
 
     @property
     def database_dtype(self) -> str:
@@ -67,6 +86,23 @@ def _param_bytes(param) -> tuple[int, str]:
         return 0, ""
     dims = [int(d.value) if isinstance(d, tirx.IntImm) else 1 for d in ty.shape]
     return math.prod(dims) * element_bytes(str(ty.dtype)), str(ty.dtype)
+
+
+def executed_ratios(graph_func: tirx.PrimFunc, scheduled: tirx.PrimFunc,
+                    planned_extra_flops: float = 0.0) -> tuple[float, float]:
+    """Executed over planned arithmetic and global loads of ``scheduled``; 1.0 for each within
+    :data:`EXECUTED_MARGIN` of its plan (``planned_extra_flops``: what the plan adds, its padding).
+
+    A count the scheduled kernel hides (tensor-core intrinsics, copies into shared memory that
+    replace the function's per-iteration loads) comes out below its plan and is left at 1.0.
+    """
+    planned, executed = function_work(graph_func), executed_work(scheduled)
+
+    def ratio(done: float, plan: float) -> float:
+        return done / plan if plan > 0 and done > EXECUTED_MARGIN * plan else 1.0
+
+    return (ratio(executed.arithmetic, planned.arithmetic + planned_extra_flops),
+            ratio(executed.global_loads, planned.global_loads))
 
 
 def describe_scheduled(graph_func: tirx.PrimFunc, scheduled: tirx.PrimFunc,
@@ -101,8 +137,14 @@ def describe_scheduled(graph_func: tirx.PrimFunc, scheduled: tirx.PrimFunc,
     moved = max(int(getattr(plan, "traffic_bytes", 0) or 0), moved) if plan is not None else moved
     # and one that computes padding (a tile kernel's GEMMs padded to whole fragments) its flops
     flops = int(func_flops(graph_func)) + int(getattr(plan, "padding_flops", 0) or 0)
-    return KernelDescription(flops, int(moved), int(unique), launch_shape(scheduled), path,
-                             dtype, key=key, plan=plan, stages=tuple(getattr(plan, "work", ())))
+    flops_ratio, loads_ratio = executed_ratios(graph_func, scheduled, float(getattr(plan, "padding_flops", 0) or 0))
+    # a multi-stage kernel's excess is spread over its stages (not counted stage by stage)
+    stages = tuple(dataclasses.replace(s, flops=int(s.flops * flops_ratio),
+                                       global_bytes=int(s.global_bytes * loads_ratio))
+                   for s in getattr(plan, "work", ()))
+    return KernelDescription(int(flops * flops_ratio), int(moved * loads_ratio), int(unique),
+                             launch_shape(scheduled), path, dtype, key=key, plan=plan, stages=stages,
+                             executed_flops_ratio=flops_ratio, executed_loads_ratio=loads_ratio)
 
 
 def describe_library(record: Mapping[str, Any]) -> KernelDescription | None:
