@@ -30,6 +30,7 @@ from tvm_ext.hardware import load_device
 from tvm_ext.hardware.calibrated import write_cost_model
 from tvm_ext.hardware.device_spec import PACKAGED_DEVICES_DIR
 from tvm_ext.select.calibration import PRIOR_H200, load_kernels
+from tvm_ext.select.end_to_end import END_TO_END_FACTOR, end_to_end_targets
 from tvm_ext.select.validation import markdown, validation_report
 
 log = logging.getLogger("validate_cost_model")
@@ -97,13 +98,16 @@ def main(argv: list[str] | None = None) -> int:
     unnamed = sum(k.model == "?" for k in kernels)
     if unnamed:
         log.warning("%d records no table names: they count as one model '?'", unnamed)
-    report = validation_report(kernels, load_device(args.device), PRIOR_H200)
+    report = validation_report(kernels, load_device(args.device), PRIOR_H200, results=ROOT / "bench/results")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     Path(f"{args.out}.json").write_text(json.dumps(report, indent=1, sort_keys=True) + "\n")
     Path(f"{args.out}.md").write_text(markdown(report))
     after = report["after"]["all"]
     log.info("leave one model out: geomean %.2f, within 2x %.0f%%, Spearman %.2f; targets %s", after["geomean"],
              100 * after["within_2x"], after["spearman"], "met" if report["targets"]["met"] else "NOT met")
+    e2e = end_to_end_targets(report["end_to_end"])
+    log.info("end to end: %d of %d right builds within %.1fx, %d of %d order pairs misordered", e2e["within"],
+             e2e["builds"], END_TO_END_FACTOR, len(e2e["misordered"]), e2e["order_pairs"])
     if args.write_yaml:
         write_yaml(report, args.devices)
         log.info("fitted constants written to %s/{h200,h100}.yaml", args.devices)

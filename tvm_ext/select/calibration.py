@@ -87,6 +87,11 @@ class MeasuredKernel:
         What :func:`record_kernel` changed in the recorded description, for the report.
     as_run_s : float
         What the build that was measured priced it at (its table's ``modelled_s``; 0 when unknown).
+    calls : int
+        Calls per inference (its table's ``calls``).
+    run : str
+        The table's run (its file name less ``_kernels.jsonl``: ``bench/results/<run>.jsonl`` holds
+        the run's whole-model medians).
     """
 
     model: str
@@ -97,6 +102,8 @@ class MeasuredKernel:
     measured_s: float
     corrections: tuple[str, ...] = ()
     as_run_s: float = 0.0
+    calls: int = 1
+    run: str = ""
 
     @property
     def code_path(self) -> str:
@@ -216,7 +223,8 @@ def load_kernels(measurements: str | Path, tables: Iterable[str | Path]) -> list
         block = records[at:at + len(rows)]
         if rows and len(block) == len(rows) and all(
                 math.isclose(r["latency_s"], row["measured_s"], rel_tol=1e-9) for r, row in zip(block, rows)):
-            names[at:at + len(rows)] = rows
+            run = table.name.removesuffix("_kernels.jsonl")
+            names[at:at + len(rows)] = [{**row, "run": run} for row in rows]
             at += len(rows)
         else:
             logger.info("%s: its rows are not the next records, skipped", table.name)
@@ -228,7 +236,8 @@ def load_kernels(measurements: str | Path, tables: Iterable[str | Path]) -> list
         out.append(MeasuredKernel(model=str(row.get("model", "?")), system=str(row.get("system", "?")), func=func,
                                   generator=str(record.get("generator", "")), kernel=kernel,
                                   measured_s=float(record["latency_s"]), corrections=notes,
-                                  as_run_s=float(row.get("modelled_s") or 0.0)))
+                                  as_run_s=float(row.get("modelled_s") or 0.0), calls=int(row.get("calls", 1)),
+                                  run=str(row.get("run", ""))))
     return out
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from ..hardware import DeviceSpec
@@ -28,6 +29,7 @@ from .calibration import (
     summary,
     with_constants,
 )
+from .end_to_end import end_to_end, end_to_end_markdown
 
 #: The issue's targets for the leave-one-model-out prices.
 TARGETS = {"geomean": (0.8, 1.25), "within_2x": 0.75, "spearman": 0.85, "code_path_geomean": (0.6, 1.6)}
@@ -55,9 +57,11 @@ def check_targets(after: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def validation_report(kernels: Sequence[MeasuredKernel], device: DeviceSpec, prior: Mapping[str, float],
-                      group: Callable[[MeasuredKernel], str] = lambda k: k.model) -> dict[str, Any]:
+                      group: Callable[[MeasuredKernel], str] = lambda k: k.model,
+                      results: Path | None = None) -> dict[str, Any]:
     """BEFORE, AFTER (leave one ``group`` out), AFTER leaving one family out, and the fit on every
-    kernel (in sample: the constants the device file gets), with each kernel's prices."""
+    kernel (in sample: the constants the device file gets), with each kernel's prices; with
+    ``results`` (``bench/results``), the end-to-end rows of :mod:`~tvm_ext.select.end_to_end`."""
     before = price(kernels, with_constants(device, prior))
     after, fits = leave_one_out(kernels, device, prior, group)
     by_family, _ = leave_one_out(kernels, device, prior, family)
@@ -79,7 +83,8 @@ def validation_report(kernels: Sequence[MeasuredKernel], device: DeviceSpec, pri
             "folds": {name: {"values": dict(f.values), "free": list(f.free), "records": f.records,
                              "rms_log": f.rms_log} for name, f in fits.items()},
             "as_run": _views(as_run), "before": _views(before), "after": after_views, "after_family": _views(by_family),
-            "in_sample": _views(inside), "targets": check_targets(after_views), "kernels": rows}
+            "in_sample": _views(inside), "targets": check_targets(after_views), "kernels": rows,
+            "end_to_end": end_to_end(after, results, {"before": before, "in_sample": inside}) if results else []}
 
 
 def _fmt(x: float) -> str:
@@ -163,6 +168,8 @@ def markdown(report: Mapping[str, Any], command: str = "python3 scripts/validate
               "|---|---|---|---|---|---:|---:|---:|"]
     lines += [f"| {r['model']} | {r['system']} | {r['func'][:48]} | {r['generator']} | {r['code_path']} | "
               f"{r['measured_s'] * 1e6:.1f} | {r['before_s'] * 1e6:.1f} | {r['after_s'] * 1e6:.1f} |" for r in top[:12]]
+    if report.get("end_to_end"):
+        lines += [""] + end_to_end_markdown(report["end_to_end"])
     return "\n".join(lines) + "\n"
 
 
