@@ -71,3 +71,19 @@ def test_a_gemv_operand_is_materialized_not_recomputed_per_row():
     assert "h" in dom.candidates
     sch, _ = inline_locals(func, dom.local)
     assert function_work(sch.mod["main"]).transcendentals == function_work(func).transcendentals
+
+
+def test_the_stitched_kernel_executes_what_the_inlined_function_plans():
+    """Built by stitch's schedule (1024 threads guarded down to 64 elements per stage), the kernel
+    executes the inlined function's transcendentals, not one per thread of every guarded stage."""
+    from tvm_ext.analysis.work import executed_work
+    from tvm_ext.hardware import load_device
+    from tvm_ext.stitch.planner import plan_prim_func
+    from tvm_ext.stitch.schedule import build_schedule
+
+    func = cell_chain()
+    scheduled = build_schedule(plan_prim_func(func, load_device("h100")))
+    planned = function_work(func)
+    executed = executed_work(scheduled)
+    assert executed.ratio_over(planned) <= INLINE_EVALUATIONS_LIMIT
+    assert function_work(scheduled).transcendentals > 10 * executed.transcendentals   # guards taken as always true
