@@ -194,3 +194,21 @@ def test_weight_cache_is_shared_and_checked(tmp_path, monkeypatch):
     np.savez(cached, w0=np.zeros((4, 3), dtype=np.float16))  # a stale or damaged cache is caught by the digest
     with pytest.raises(BenchError, match="differ"):
         checked_weights(tensors, 0, digest.hexdigest(), "m")
+
+
+def test_resume_keeps_the_parts_already_built(run_dir, tmp_path, monkeypatch):
+    """A prepare cut short goes on: parts whose manifest holds every asked build are not rebuilt."""
+    import tvm_ext.bench.gpu_prepare as gpu_prepare
+
+    copy = tmp_path / "run"
+    shutil.copytree(run_dir, copy, symlinks=True)
+    (copy / "plan.json").unlink()
+    built: list[str] = []
+    monkeypatch.setattr(gpu_prepare, "build_bundle", lambda models, out, **kw: built.append(Path(out).name))
+    with pytest.raises(BenchError, match="--resume"):
+        prepare(copy, PrepareOptions(**OPTIONS))
+    prepare(copy, PrepareOptions(**OPTIONS, resume=True))
+    assert built == [] and Plan.read(copy).steps
+    # a preset the bundles lack: the target bundles and the tiny one are built again
+    prepare(copy, PrepareOptions(**{**OPTIONS, "presets": ["baseline", "stitch", "full"]}, resume=True))
+    assert built == ["h100", "h200", "tiny"]

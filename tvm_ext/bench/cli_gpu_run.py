@@ -53,6 +53,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     q.add_argument("--runtime", action=argparse.BooleanOptionalAction, default=True,
                    help="pack a runtime-only TVM (default on; off when the GPU machine has TVM)")
     q.add_argument("--runtime-python", default="3.12", help="Python of the GPU machine (default 3.12)")
+    q.add_argument("--resume", action="store_true",
+                   help="keep the parts of OUT already built for these models and presets (a prepare cut short)")
     q.set_defaults(gpu_action=_prepare)
 
     q = sub.add_parser("execute", help="run the plan (on the GPU machine; --dry-run here)")
@@ -81,7 +83,7 @@ def _prepare(args: argparse.Namespace) -> int:
                              tiny=_resolve_tiny(_list(args.tiny)), overhead_model=args.overhead_model or None,
                              torch_compile=_list(args.torch_compile), ncu_count=args.ncu, runs=args.runs,
                              warmup=args.warmup, deadline_s=args.deadline, runtime=args.runtime,
-                             runtime_python=args.runtime_python)
+                             runtime_python=args.runtime_python, resume=args.resume)
     quiet = getattr(args, "quiet", False)
     with tqdm(desc="gpu-run prepare", unit="model", disable=quiet, file=sys.stderr) as bar:
         def progress(line: str) -> None:

@@ -79,6 +79,19 @@ class PrepareOptions:
     deadline_s: float = DEADLINE_S
     runtime: bool = True
     runtime_python: str = "3.12"
+    #: Keep a part (target bundle, ``tiny``, ``overhead``) whose manifest in OUT already holds
+    #: every asked model and preset, instead of building it again (a prepare cut short goes on).
+    resume: bool = False
+
+
+def _covers(directory: Path, models: Sequence[str], presets: Sequence[str], cuda_graph: bool = False) -> bool:
+    """Whether the bundle in ``directory`` holds a build of every model under every preset."""
+    if not (directory / MANIFEST).is_file():
+        return False
+    manifest = read_manifest(directory)
+    have = {m.name: {b.preset for b in m.builds if b.cuda_graph == cuda_graph} for m in manifest.models}
+    names = [s.name for s in resolve(list(models))]
+    return all(n in have and set(presets) <= have[n] for n in names)
 
 
 def _tag(target: str) -> str:
@@ -121,23 +134,27 @@ def prepare(out: str | Path, options: PrepareOptions,
         the plan exceeds its deadline (both are printed first by the command).
     """
     out = Path(out).resolve()
-    if out.exists() and any(out.iterdir()) and not (out / "plan.json").is_file():
-        raise BenchError(f"{out} exists, is not empty and holds no plan.json; choose another --out")
+    if out.exists() and any(out.iterdir()) and not (out / "plan.json").is_file() and not options.resume:
+        raise BenchError(f"{out} exists, is not empty and holds no plan.json; choose another --out (or --resume)")
     out.mkdir(parents=True, exist_ok=True)
     (out / "plan.json").unlink(missing_ok=True)
     summaries: dict[str, BundleSummary] = {}
+
+    def part(name: str, models: Sequence[str], presets: Sequence[str], target: str, cuda_graph: bool = False) -> None:
+        if options.resume and _covers(out / name, models, presets, cuda_graph):
+            if progress:
+                progress(f"kept {name} (--resume)")
+            return
+        summaries[name] = build_bundle(resolve(list(models)), out / name, presets=presets, target=target,
+                                       fp16=True, cuda_graph=cuda_graph, runtime=False, progress=progress)
+
     for target in options.targets:
-        summaries[_tag(target)] = build_bundle(resolve(list(options.models)), out / _tag(target),
-                                               presets=options.presets, target=target, fp16=True, runtime=False,
-                                               progress=progress)
+        part(_tag(target), options.models, options.presets, target)
     first = options.targets[0]
     if options.tiny:
-        summaries["tiny"] = build_bundle(resolve(list(options.tiny)), out / "tiny", presets=options.presets,
-                                         target=first, fp16=True, runtime=False, progress=progress)
+        part("tiny", options.tiny, options.presets, first)
     if options.overhead_model:
-        summaries["overhead"] = build_bundle(resolve([options.overhead_model]), out / "overhead",
-                                             presets=["baseline"], target=first, fp16=True, cuda_graph=True,
-                                             runtime=False, progress=progress)
+        part("overhead", [options.overhead_model], ["baseline"], first, cuda_graph=True)
     for tag in [_tag(t) for t in options.targets[1:]]:
         dedupe_libraries(out / _tag(first), out / tag)
     if (out / "python").is_dir():
