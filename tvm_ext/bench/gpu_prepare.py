@@ -26,7 +26,6 @@ from pathlib import Path
 from ..errors import BenchError
 from .bundle import (
     REPO,
-    BundleSummary,
     build_bundle,
     copy_runtime_python,
     git_commit,
@@ -138,15 +137,14 @@ def prepare(out: str | Path, options: PrepareOptions,
         raise BenchError(f"{out} exists, is not empty and holds no plan.json; choose another --out (or --resume)")
     out.mkdir(parents=True, exist_ok=True)
     (out / "plan.json").unlink(missing_ok=True)
-    summaries: dict[str, BundleSummary] = {}
 
     def part(name: str, models: Sequence[str], presets: Sequence[str], target: str, cuda_graph: bool = False) -> None:
         if options.resume and _covers(out / name, models, presets, cuda_graph):
             if progress:
                 progress(f"kept {name} (--resume)")
             return
-        summaries[name] = build_bundle(resolve(list(models)), out / name, presets=presets, target=target,
-                                       fp16=True, cuda_graph=cuda_graph, runtime=False, progress=progress)
+        build_bundle(resolve(list(models)), out / name, presets=presets, target=target, fp16=True,
+                     cuda_graph=cuda_graph, runtime=False, progress=progress)
 
     for target in options.targets:
         part(_tag(target), options.models, options.presets, target)

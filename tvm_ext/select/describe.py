@@ -10,8 +10,8 @@ TVM schedule mean ``wmma``); a kernel that executes more work than its function 
 (:func:`~tvm_ext.analysis.work.executed_work` over :func:`~tvm_ext.analysis.work.function_work`:
 recomputation, a guard that lets every thread redo one thread's work) is priced from what it
 executes, its flops and global traffic scaled by the executed/planned arithmetic (transcendentals
-weighted, :attr:`~tvm_ext.analysis.work.Work.arithmetic`) and global loads; a multi-stage kernel whose plan carries its stages' work (``plan.work``) is priced
-stage by stage with them, as the selection priced it. :func:`describe_library` reads a library
+weighted, :attr:`~tvm_ext.analysis.work.Work.arithmetic`) and global loads; a multi-stage kernel
+whose plan carries its stages' work (``plan.work``) is priced stage by stage with them, as the selection priced it. :func:`describe_library` reads a library
 kernel's record (:data:`~tvm_ext.select.attrs.LIBRARY_KERNELS_ATTR`).
 
 Example
@@ -136,8 +136,9 @@ def describe_scheduled(graph_func: tirx.PrimFunc, scheduled: tirx.PrimFunc,
     # priced with it, as the selection priced it
     moved = max(int(getattr(plan, "traffic_bytes", 0) or 0), moved) if plan is not None else moved
     # and one that computes padding (a tile kernel's GEMMs padded to whole fragments) its flops
-    flops = int(func_flops(graph_func)) + int(getattr(plan, "padding_flops", 0) or 0)
-    flops_ratio, loads_ratio = executed_ratios(graph_func, scheduled, float(getattr(plan, "padding_flops", 0) or 0))
+    padding = int(getattr(plan, "padding_flops", 0) or 0)
+    flops = int(func_flops(graph_func)) + padding
+    flops_ratio, loads_ratio = executed_ratios(graph_func, scheduled, padding)
     # a multi-stage kernel's excess is spread over its stages (not counted stage by stage)
     stages = tuple(dataclasses.replace(s, flops=int(s.flops * flops_ratio),
                                        global_bytes=int(s.global_bytes * loads_ratio))
