@@ -90,6 +90,24 @@ def test_export_holds_sm90_sass_and_ptx_and_loads_without_a_compiler(tmp_path, s
     assert failed.returncode != 0 and "LOAD TRIED TO COMPILE" in failed.stderr
 
 
+def _debug_sections(path: Path) -> list[str]:
+    out = subprocess.run(["readelf", "-S", "-W", str(path)], capture_output=True, text=True, check=True).stdout
+    return [w for w in out.split() if w.startswith(".debug_")]
+
+
+@needs_cuda_tools
+@pytest.mark.skipif(shutil.which("readelf") is None, reason="needs readelf")
+def test_strip_debug_leaves_host_debug_info_out_and_the_library_loads(tmp_path, stub_dir):
+    ex = tvm_ext.compile(get_model("mlp", batch=4, sizes=(32, 64, 16)), "tvm_ext/h100", preset="baseline")
+    full = tvm_ext.export_library(ex, tmp_path / "full.so")
+    small = tvm_ext.export_library(ex, tmp_path / "small.so", strip_debug=True)
+    assert _debug_sections(full.path), "TVM's host code carries DWARF: the test no longer shows anything"
+    assert _debug_sections(small.path) == [] and small.size_bytes < full.size_bytes
+    assert small.archs == full.archs == ["sm_90 SASS", "compute_90 PTX"]
+    loaded = _load_runtime_only(small.path, stub_dir)
+    assert loaded.returncode == 0 and "loaded relax.VMExecutable" in loaded.stdout, loaded.stderr[-2000:]
+
+
 @needs_cuda_tools
 def test_tvm_compile_pipeline_export_knows_its_arch(tmp_path):
     import tvm

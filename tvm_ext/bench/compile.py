@@ -83,7 +83,8 @@ def _export_gpu(stages, prepared: PreparedModel, entry: BuildEntry, path: Path) 
     from ..inspect import report_from_stages  # noqa: PLC0415
 
     report = report_from_stages(stages, model_name=prepared.source.name)
-    exported = export_library(report.executable, path)  # compiles the device code, links -lcudart for CUTLASS
+    # compiles the device code, links -lcudart for CUTLASS; no host debug info (a bundle must travel)
+    exported = export_library(report.executable, path, strip_debug=True)
     entry.device_code = check_device_code(path)
     entry.kernels = int(report.kernels)
     entry.distinct_kernels = int(report.distinct_kernels)

@@ -8,7 +8,9 @@ compile``, the benchmark bundles):
   PTX for newer GPUs) in its place (:mod:`.library_bin`), so the GPU machine needs the driver
   and the TVM runtime only, and loading costs no compile. ``embed_source=True`` keeps the
   source instead (TVM's own behaviour: the GPU machine compiles it at every load);
-* CUTLASS objects inside need ``libcudart``: the link options are added.
+* CUTLASS objects inside need ``libcudart``: the link options are added;
+* ``strip_debug=True`` links without the host code's DWARF sections (a quarter of a typical
+  library; the benchmark bundles, which must fit the 64 MiB that travel to a GPU machine).
 
 The arch comes from the ``target`` argument, else from the source itself: importing tvm_ext
 installs TVM's ``tvm_callback_cuda_postproc`` hook (:func:`register_arch_marker`), which ends
@@ -173,7 +175,7 @@ def _compiling_packer(target: str | tvm.target.Target | None, sources: list[str]
 
 def export_library(ex: tvm.runtime.Executable | tvm.runtime.Module, path: str | os.PathLike[str], *,
                    target: str | tvm.target.Target | None = None, embed_source: bool = False,
-                   **kwargs: Any) -> ExportedLibrary:
+                   strip_debug: bool = False, **kwargs: Any) -> ExportedLibrary:
     """Export ``ex`` as a shared library with compiled device code (see the module docstring).
 
     Parameters
@@ -187,6 +189,8 @@ def export_library(ex: tvm.runtime.Executable | tvm.runtime.Module, path: str | 
         generated for, see the module docstring).
     embed_source : bool
         Keep CUDA source in the library instead of compiled device code.
+    strip_debug : bool
+        Leave the host code's debug information out of the library (``-Wl,--strip-debug``).
     **kwargs
         Passed to TVM's ``export_library`` (``options``, ``workspace_dir``, ...).
 
@@ -201,6 +205,8 @@ def export_library(ex: tvm.runtime.Executable | tvm.runtime.Module, path: str | 
     cutlass = has_cutlass_objects(ex)
     if cutlass:
         kwargs["options"] = list(kwargs.get("options") or []) + link_options()
+    if strip_debug:
+        kwargs["options"] = list(kwargs.get("options") or []) + ["-Wl,--strip-debug"]
     sources = [m.inspect_source("cuda") for m in _modules(ex) if m.kind == "cuda"]
     seconds: list[float] = []
     if sources and not embed_source:
