@@ -11,7 +11,15 @@ import numpy as np
 import pytest
 
 from tvm_ext.bench.gpu_ingest import ingest, sanitizer_findings
-from tvm_ext.bench.gpu_plan import ncu_choices
+from tvm_ext.bench.gpu_plan import (
+    ASSUMED_S,
+    Estimator,
+    History,
+    ncu_choices,
+    ncu_planned_s,
+    sanitize_steps,
+    torch_steps,
+)
 from tvm_ext.bench.gpu_prepare import PrepareOptions, make_plan, prepare, render_plan
 from tvm_ext.bench.gpu_steps import Plan
 from tvm_ext.bench.gpu_table import BEGIN, END, render, update_readme
@@ -65,7 +73,7 @@ def test_dry_run_runs_every_step_it_can_without_a_gpu(run_dir, tmp_path):
     proc = _execute(run_dir, tmp_path / "out")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     steps = {s["step"]: s for s in _lines(tmp_path / "out" / "steps.jsonl")}
-    for sid in ("measure:mlp/baseline", "measure:mlp/stitch", "sanitize:memcheck/baseline"):
+    for sid in ("measure:mlp/baseline", "measure:mlp/stitch", "sanitize:memcheck/stitch"):
         assert steps[sid]["status"] == "ok" and steps[sid]["dry_run"]
     assert all(s["status"] == "skipped" and "ncu" in s["reason"] for s in steps.values() if s["kind"] == "ncu")
     rows = _lines(tmp_path / "out" / "results.jsonl")
@@ -88,7 +96,7 @@ def test_a_crashing_or_hanging_process_loses_one_row_not_the_run(run_dir, tmp_pa
     steps = {s["step"]: s for s in _lines(tmp_path / "out" / "steps.jsonl")}
     assert steps["measure:mlp/baseline"]["status"] == "crashed" and "SIGABRT" in steps["measure:mlp/baseline"]["reason"]
     assert steps["measure:mlp/stitch"]["status"] == "timeout"
-    assert steps["sanitize:memcheck/baseline"]["status"] == "ok"  # the run went on
+    assert steps["sanitize:memcheck/stitch"]["status"] == "ok"  # the run went on
     rows = {(r["model"], r["system"]): r for r in _lines(tmp_path / "out" / "results.jsonl")}
     assert "crashed" in rows[("mlp", "baseline")]["error"] and rows[("mlp", "baseline")]["median_ms"] is None
     assert "timeout" in rows[("mlp", "stitch")]["error"]
@@ -212,3 +220,63 @@ def test_resume_keeps_the_parts_already_built(run_dir, tmp_path, monkeypatch):
     # a preset the bundles lack: the target bundles and the tiny one are built again
     prepare(copy, PrepareOptions(**{**OPTIONS, "presets": ["baseline", "stitch", "full"]}, resume=True))
     assert built == ["h100", "h200", "tiny"]
+
+
+def _estimator(history: History | None = None) -> Estimator:
+    return Estimator(history or History({}, {}), 1e9, 1e9, runs=10, warmup=2, repeat=False)
+
+
+def test_memcheck_runs_a_process_per_preset_racecheck_one_for_all(run_dir):
+    tiny = read_manifest(run_dir / "tiny")
+    steps = sanitize_steps("tiny", tiny, _estimator(), {"memcheck": ["baseline", "stitch"],
+                                                        "racecheck": ["baseline", "stitch"]})
+    assert [(s.id, s.systems) for s in steps] == [("sanitize:memcheck/baseline", ["baseline"]),
+                                                  ("sanitize:memcheck/stitch", ["stitch"]),
+                                                  ("sanitize:racecheck/baseline+stitch", ["baseline", "stitch"])]
+    assert steps[2].argv[steps[2].argv.index("--systems") + 1] == "baseline,stitch"
+    one = ASSUMED_S["sanitize_process"] + ASSUMED_S["sanitize_build"]  # one tiny model, one preset
+    assert [s.estimate_s for s in steps] == [one, one, one + ASSUMED_S["sanitize_build"]]
+
+
+def test_torch_eager_is_one_process_priced_by_recorded_medians(run_dir):
+    manifest = read_manifest(run_dir / "h100")
+    (entry,) = manifest.models
+    assert torch_steps("{main}", manifest, _estimator(), [entry.name]) == []  # no torch definition, no step
+    entry.corpus = {"module": "mlp_corpus"}
+    history = History({}, {(entry.name, "torch-eager"): (7.0, "earlier.jsonl")})
+    steps = torch_steps("{main}", manifest, _estimator(history), [entry.name])
+    assert [s.id for s in steps] == ["torch:eager", f"torch:compile/{entry.name}"]
+    eager, compiled = steps
+    runs = 2 + 2 + 10  # first runs, warm-up, timed (no repeat)
+    assert eager.estimate_s == pytest.approx(ASSUMED_S["torch_process"] + runs * 7.0e-3, abs=0.1)
+    assert "median of earlier.jsonl" in eager.estimate_from
+    assert compiled.estimate_s == ASSUMED_S["torch-compile"] and compiled.systems == ["torch-compile-reduce-overhead"]
+    assert torch_steps("{main}", manifest, _estimator(), [])[-1].id == "torch:eager"
+
+
+def test_ncu_picks_the_most_unsure_time_per_planned_second(run_dir):
+    manifest = read_manifest(run_dir / "h100")
+    (model,) = manifest.models
+    cheap, dear = model.builds[0], model.builds[1]
+    for build, launches, seconds in ((cheap, 2, 1e-3), (dear, 400, 2e-3)):
+        build.kernels = launches
+        for k in build.kernel_list:
+            k["modelled_s"], k["calls"], k["cost_source"] = seconds, 1, "modelled"
+    assert len(dear.kernel_list) >= len(cheap.kernel_list)  # dear holds more unsure time ...
+    best = ncu_choices(manifest, [], 2)
+    assert [c["system"] for c in best] == [cheap.system, dear.system]  # ... and costs 200x the launches
+    assert best[1]["unsure_modelled_s"] > best[0]["unsure_modelled_s"]
+    assert best[0]["unsure_per_planned_s"] == pytest.approx(best[0]["unsure_modelled_s"] / ncu_planned_s(2))
+
+
+def test_a_runtime_packed_for_another_python_is_not_put_on_the_path(tmp_path):
+    """The packed tvm_ffi is compiled for one Python: another one falls back to the machine's TVM."""
+    from tvm_ext.bench.gpu_execute import step_environment
+
+    runtime = tmp_path / "runtime"
+    runtime.mkdir()
+    (runtime / "tvm_runtime.tar.gz").write_bytes(b"not unpacked")
+    (runtime / "runtime.json").write_text(json.dumps({"python": "2.7"}))
+    env, used = step_environment(tmp_path, sys.executable)
+    assert "packed runtime is for Python 2.7" in used and "site" not in env["PYTHONPATH"]
+    assert not (runtime / "site").exists()

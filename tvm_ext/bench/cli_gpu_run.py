@@ -37,16 +37,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     q = sub.add_parser("prepare", help="build the bundles here, write and print the plan")
     q.add_argument("--out", required=True, help="directory that travels to the GPU machine")
     q.add_argument("--models", default=",".join(DEFAULT_MODELS), help="comma-separated models (default: seven seed models)")
-    q.add_argument("--presets", default=",".join(DEFAULT_PRESETS), help="comma-separated presets (default: all)")
+    q.add_argument("--presets", default=",".join(DEFAULT_PRESETS),
+                   help="comma-separated presets (default: the six of the first H200 run)")
     q.add_argument("--targets", default="tvm_ext/h100",
                    help="target tags to build for (tvm_ext/h100,tvm_ext/h200 when the kind is not known)")
     q.add_argument("--tiny", default=",".join(Path(t).name for t in TINY_MODELS),
                    help="small models for compute-sanitizer ('' for none)")
     q.add_argument("--overhead-model", default="bert_base_s128_b1",
                    help="model timed with and without CUDA graphs ('' for none)")
-    q.add_argument("--torch-compile", default="bert_base_s128_b1",
-                   help="models also timed under torch.compile(mode='reduce-overhead')")
-    q.add_argument("--ncu", type=int, default=3, help="builds profiled per kernel (default 3)")
+    q.add_argument("--torch-compile", default="",
+                   help="models also timed under torch.compile(mode='reduce-overhead'), a process each "
+                        "(default none: 60 s assumed each, past the default plan's 480 s)")
+    q.add_argument("--ncu", type=int, default=1,
+                   help="builds profiled per kernel, most unsure modelled time per device second first (default 1)")
     q.add_argument("--runs", type=int, default=50, help="timed runs per measurement (default 50)")
     q.add_argument("--warmup", type=int, default=5, help="warm-up runs (default 5)")
     q.add_argument("--deadline", type=float, default=DEADLINE_S, help=f"device seconds (default {DEADLINE_S:.0f})")

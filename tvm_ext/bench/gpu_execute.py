@@ -22,6 +22,7 @@ import argparse
 import datetime as _dt
 import glob
 import json
+import logging
 import os
 import re
 import shutil
@@ -37,6 +38,8 @@ from pathlib import Path
 from ..errors import TvmExtError
 from .gpu_steps import TOOLS, Plan, Step
 from .weights import CACHE_ENV
+
+log = logging.getLogger(__name__)
 
 #: Where NVIDIA installs its tools when they are not on PATH.
 _TOOL_GLOBS = {"compute-sanitizer": ("/usr/local/cuda*/bin/compute-sanitizer",
@@ -77,31 +80,41 @@ def describe_machine(python: str, tools: dict[str, str | None]) -> dict:
             "tools": {k: (v, _probe([v, "--version"]) if v else None) for k, v in tools.items()}}
 
 
-def step_environment(run_dir: Path, python: str) -> dict[str, str]:
-    """The environment of every step: the run's harness first on ``PYTHONPATH``, TVM's runtime only.
+def step_environment(run_dir: Path, python: str) -> tuple[dict[str, str], str]:
+    """The environment of every step, and which TVM runtime it uses: the run's harness first on
+    ``PYTHONPATH``, TVM's runtime only.
 
     A runtime packed into ``run_dir/runtime`` (``tvm_runtime.tar.gz`` and the tvm-ffi wheel) is
-    unpacked once into ``run_dir/runtime/site`` and put on the path; without one, the machine's
-    own TVM is used (with ``TVM_USE_RUNTIME_LIB=1``).
+    unpacked once into ``run_dir/runtime/site`` and put on the path when ``python`` is the version
+    it was packed for (its compiled ``tvm_ffi`` loads in no other); otherwise, or without one, the
+    machine's own TVM is used (with ``TVM_USE_RUNTIME_LIB=1``).
     """
     paths = [str(run_dir / "python")]
     packed = run_dir / "runtime" / "tvm_runtime.tar.gz"
+    runtime = "the machine's own TVM (no runtime packed)"
     if packed.is_file():
-        site = run_dir / "runtime" / "site"
-        if not (site / ".ready").is_file():
-            site.mkdir(parents=True, exist_ok=True)
-            with tarfile.open(packed) as tar:
-                tar.extractall(site, filter="data")
-            for wheel in sorted((run_dir / "runtime").glob("*.whl")):
-                subprocess.run([python, "-m", "zipfile", "-e", str(wheel), str(site)], check=True)
-            (site / ".ready").touch()
-        paths.append(str(site))
+        wanted = json.loads((run_dir / "runtime" / "runtime.json").read_text()).get("python")
+        have = _probe([python, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"])
+        if wanted and have != wanted:
+            runtime = f"the machine's own TVM: the packed runtime is for Python {wanted}, {python} is {have}"
+            log.warning("%s", runtime)
+        else:
+            site = run_dir / "runtime" / "site"
+            if not (site / ".ready").is_file():
+                site.mkdir(parents=True, exist_ok=True)
+                with tarfile.open(packed) as tar:
+                    tar.extractall(site, filter="data")
+                for wheel in sorted((run_dir / "runtime").glob("*.whl")):
+                    subprocess.run([python, "-m", "zipfile", "-e", str(wheel), str(site)], check=True)
+                (site / ".ready").touch()
+            paths.append(str(site))
+            runtime = f"the packed runtime ({site})"
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(paths + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
     env.update(TVM_USE_RUNTIME_LIB="1", TVM_DEVICE_BACKEND_AUTOLOAD="0", PYTHONUNBUFFERED="1")
     # the processes of one model share its regenerated weights (checked by digest at every read)
     env.setdefault(CACHE_ENV, str(Path(tempfile.gettempdir()) / f"tvm_ext_weights_{os.getuid()}"))
-    return env
+    return env, runtime
 
 
 def _safe(step_id: str) -> str:
@@ -128,8 +141,9 @@ class Executor:
         self.tools = {name: find_tool(name) for name in set(TOOLS.values())}
         for sub in ("logs", "ncu"):
             (out / sub).mkdir(parents=True, exist_ok=True)
-        self.env = step_environment(self.run_dir, python)
+        self.env, runtime = step_environment(self.run_dir, python)
         self.machine = describe_machine(python, self.tools)
+        self.machine["tvm_runtime"] = runtime
         self.main = self.plan.main_bundle(self.machine["gpu"])
         self.machine["bundle"] = self.main
         (out / "device.txt").write_text(json.dumps(self.machine, indent=1) + "\n")

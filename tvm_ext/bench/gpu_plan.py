@@ -25,8 +25,15 @@ from .gpu_steps import Step
 from .manifest import BuildEntry, Manifest, ModelEntry
 
 #: Assumed seconds where nothing was recorded yet; replaced by recorded step times after a run.
-ASSUMED_S = {"process": 4.0, "sanitize": 25.0, "torch-eager": 10.0, "torch-compile": 60.0, "ncu_start": 15.0,
-             "ncu_per_kernel": 0.5}
+#: ``process``: start of a harness process (Python, runtime-only TVM, CUDA context, libraries);
+#: ``torch_process``: the same with torch imported; ``sanitize_process`` + ``sanitize_build`` per
+#: (model, preset): a compute-sanitizer process (25 s for the three tiny models under one preset,
+#: the figure these steps were planned at before they were split by build);
+#: ``ncu_start`` + ``ncu_per_kernel`` per launch: an Nsight Compute process replaying each launch.
+ASSUMED_S = {"process": 4.0, "torch_process": 10.0, "torch-compile": 60.0, "sanitize_process": 13.0,
+             "sanitize_build": 4.0, "ncu_start": 15.0, "ncu_per_kernel": 0.5}
+#: Timed-run fallback of a (model, system) never measured nor modelled.
+UNKNOWN_MS = 10.0
 #: Measured / modelled time of the calibrated model (leave-one-model-out over the H200's kernels,
 #: geometric mean of modelled/measured 1.06: ``bench/modelled/validation.md``); a modelled time is
 #: scaled by it when nothing was measured.
@@ -92,29 +99,49 @@ class Estimator:
         hit = self.history.step_s.get((kind, model, tuple(systems)))
         return (hit[0], f"recorded step ({hit[1]})") if hit else None
 
-    def measure(self, entry: ModelEntry, builds: Sequence[BuildEntry], kind: str = "measure") -> tuple[float, str]:
-        """One process checking and timing ``builds`` of ``entry``."""
-        systems = [b.system for b in builds]
-        hit = self.recorded(kind, entry.name, systems)
-        if hit:
-            return hit
+    def _weights(self, entry: ModelEntry) -> float:
+        """Seconds to regenerate ``entry``'s weights (first time) or read them from the cache."""
         elements = entry.weight_bytes / 2
         if entry.name in self._drawn:
-            seconds = ASSUMED_S["process"] + elements / self.cache_rate
+            return elements / self.cache_rate
+        self._drawn.add(entry.name)
+        return elements / self.weight_rate + elements / self.cache_rate
+
+    def _timed(self, entry: ModelEntry, system: str, modelled_s: float | None, repeat: bool) -> tuple[float, str]:
+        """Seconds of the warm-up and timed runs of one system, and where its per-run time comes from."""
+        got = self.history.median_ms.get((entry.name, system))
+        if got:
+            ms, src = got[0], f"median of {got[1]}"
+        elif modelled_s:
+            ms, src = modelled_s * 1e3 * MODEL_OPTIMISM, f"modelled x {MODEL_OPTIMISM:.2f}"
         else:
-            seconds = ASSUMED_S["process"] + elements / self.weight_rate + elements / self.cache_rate
-            self._drawn.add(entry.name)
+            ms, src = UNKNOWN_MS, f"{UNKNOWN_MS:.0f} ms assumed"
+        runs = 2 + (self.warmup + self.runs) * (2 if repeat else 1)
+        return runs * ms / 1e3, src
+
+    def measure(self, entry: ModelEntry, builds: Sequence[BuildEntry], kind: str = "measure") -> tuple[float, str]:
+        """One process checking and timing ``builds`` of ``entry``."""
+        hit = self.recorded(kind, entry.name, [b.system for b in builds])
+        if hit:
+            return hit
+        seconds = ASSUMED_S["process"] + self._weights(entry)
         sources = {"process start assumed", "weights drawn or cached at the rates measured here"}
-        timed = 2 + (self.warmup + self.runs) * (2 if self.repeat else 1)
         for b in builds:
-            got = self.history.median_ms.get((entry.name, b.system))
-            if got:
-                ms, src = got[0], f"median of {got[1]}"
-            elif b.modelled_time_s:
-                ms, src = b.modelled_time_s * 1e3 * MODEL_OPTIMISM, f"modelled x {MODEL_OPTIMISM:.2f}"
-            else:
-                ms, src = 10.0, "10 ms assumed"
-            seconds += timed * ms / 1e3
+            timed, src = self._timed(entry, b.system, b.modelled_time_s, self.repeat)
+            seconds += timed
+            sources.add(src)
+        return seconds, "; ".join(sorted(sources))
+
+    def torch(self, entries: Sequence[ModelEntry], system: str) -> tuple[float, str]:
+        """One torch process timing ``system`` (``torch-eager``) on every model of ``entries``."""
+        hit = self.recorded("torch", ",".join(e.name for e in entries), [system])
+        if hit:
+            return hit
+        seconds, sources = ASSUMED_S["torch_process"], {"torch process start assumed",
+                                                        "weights drawn or cached at the rates measured here"}
+        for e in entries:
+            timed, src = self._timed(e, system, None, False)
+            seconds += self._weights(e) + timed
             sources.add(src)
         return seconds, "; ".join(sorted(sources))
 
@@ -150,43 +177,63 @@ def measure_steps(bundle: str, manifest: Manifest, est: Estimator, preset_order:
                   est.measure(m, [b], kind), model=m.name, systems=[b.system], bundle=bundle) for m, b in pairs]
 
 
-def sanitize_steps(bundle: str, manifest: Manifest, est: Estimator, tools: Mapping[str, Sequence[str]]) -> list[Step]:
-    """compute-sanitizer runs of every tiny model under the presets ``tools`` names for each tool."""
+def sanitize_steps(bundle: str, manifest: Manifest, est: Estimator, tools: Mapping[str, Sequence[str]],
+                   isolated: Iterable[str] = ("memcheck",)) -> list[Step]:
+    """compute-sanitizer runs of every tiny model under the presets ``tools`` names for each tool.
+
+    A tool in ``isolated`` gets one process per preset (memcheck ends the CUDA context at its
+    first error, which would lose the presets after it); the others one process for all.
+    """
     steps = []
-    systems = sorted({b.system for m in manifest.models for b in m.builds if b.status == "ok"})
-    models = ",".join(m.name for m in manifest.models if m.status == "ok")
+    isolated = set(isolated)
+    built = sorted({b.system for m in manifest.models for b in m.builds if b.status == "ok"})
+    ok = [m.name for m in manifest.models if m.status == "ok"]
+    models = ",".join(ok)
     for tool, presets in tools.items():
-        for system in [s for s in systems if s in presets]:
+        systems = [s for s in built if s in presets]
+        groups = [[s] for s in systems] if tool in isolated else ([systems] if systems else [])
+        for group in groups:
             argv = ["{tool}", "--tool", tool, "--error-exitcode", "9", "--print-limit", "50",
-                    *_run_argv(bundle, models, [system], ["--torch", "off", "--runs", "1", "--warmup", "0",
-                                                          "--input-sets", "1", "--no-repeat"])]
+                    *_run_argv(bundle, models, group, ["--torch", "off", "--runs", "1", "--warmup", "0",
+                                                       "--input-sets", "1", "--no-repeat"])]
             argv[argv.index("{out}/results.jsonl")] = "{out}/sanitizer_results.jsonl"
-            steps.append(_step(f"sanitize:{tool}/{system}", "sanitize", argv,
-                               est.fixed(f"sanitize:{tool}", models, [system], ASSUMED_S["sanitize"]),
-                               model=models, systems=[system], bundle=bundle, tool="compute-sanitizer"))
+            assumed = ASSUMED_S["sanitize_process"] + ASSUMED_S["sanitize_build"] * len(ok) * len(group)
+            steps.append(_step(f"sanitize:{tool}/{'+'.join(group)}", "sanitize", argv,
+                               est.fixed(f"sanitize:{tool}", models, group, assumed),
+                               model=models, systems=group, bundle=bundle, tool="compute-sanitizer"))
     return steps
 
 
 def torch_steps(bundle: str, manifest: Manifest, est: Estimator, compile_models: Sequence[str]) -> list[Step]:
-    """PyTorch eager on every corpus model; ``torch.compile(mode="reduce-overhead")`` on ``compile_models``."""
-    steps = []
-    for m in manifest.models:
-        if m.corpus is None or m.status != "ok":
-            continue
-        systems = ["torch-eager"] + (["torch-compile-reduce-overhead"] if m.name in compile_models else [])
-        assumed = ASSUMED_S["torch-eager"] + (ASSUMED_S["torch-compile"] if len(systems) > 1 else 0.0)
-        argv = _run_argv(bundle, m.name, systems, ["--torch", "on", "--runs", str(est.runs), "--warmup",
-                                                   str(est.warmup), "--no-repeat"])
-        steps.append(_step(f"torch:{m.name}", "torch", argv, est.fixed("torch", m.name, systems, assumed),
-                           model=m.name, systems=systems, bundle=bundle))
+    """PyTorch eager on every corpus model, in one process; ``torch.compile(mode="reduce-overhead")``
+    on each of ``compile_models`` in a process of its own (a compile that fails or hangs loses one)."""
+    entries = [m for m in manifest.models if m.corpus is not None and m.status == "ok"]
+    if not entries:
+        return []
+    extra = ["--torch", "on", "--runs", str(est.runs), "--warmup", str(est.warmup), "--no-repeat"]
+    models = ",".join(m.name for m in entries)
+    steps = [_step("torch:eager", "torch", _run_argv(bundle, models, ["torch-eager"], extra),
+                   est.torch(entries, "torch-eager"), model=models, systems=["torch-eager"], bundle=bundle)]
+    system = "torch-compile-reduce-overhead"
+    for m in [m for m in entries if m.name in compile_models]:
+        steps.append(_step(f"torch:compile/{m.name}", "torch", _run_argv(bundle, m.name, [system], extra),
+                           est.fixed("torch", m.name, [system], ASSUMED_S["torch-compile"]),
+                           model=m.name, systems=[system], bundle=bundle))
     return steps
 
 
-def ncu_choices(manifest: Manifest, measured: Iterable[Mapping], count: int) -> list[dict]:
-    """The ``count`` builds whose modelled time rests most on unmeasured kinds of kernel.
+def ncu_planned_s(launches: int) -> float:
+    """Assumed seconds of an Nsight Compute process over ``launches`` kernel launches."""
+    return ASSUMED_S["ncu_start"] + ASSUMED_S["ncu_per_kernel"] * launches
 
-    A kernel counts fully when no record of ``measured`` has its generator and code path, half
-    when some do (a measured kind, another shape); kernels priced from their own record not at all.
+
+def ncu_choices(manifest: Manifest, measured: Iterable[Mapping], count: int) -> list[dict]:
+    """The ``count`` builds whose profile settles the most unsure modelled time per device second.
+
+    A build's unsure time is its modelled time resting on unmeasured kinds of kernel, divided by
+    the planned seconds of profiling it (:func:`ncu_planned_s` of its launches). A kernel counts
+    fully when no record of ``measured`` has its generator and code path, half when some do (a
+    measured kind, another shape); kernels priced from their own record not at all.
     """
     kinds: dict[tuple[str, str], int] = {}
     for r in measured:
@@ -207,9 +254,11 @@ def ncu_choices(manifest: Manifest, measured: Iterable[Mapping], count: int) -> 
                 kernels.append({"func": k["func"], "generator": k.get("generator"), "code_path": path,
                                 "measured_kind": weight < 1.0})
             if kernels:
+                launches = b.kernels or len(kernels)
                 scored.append({"model": m.name, "system": b.system, "unsure_modelled_s": unsure,
-                               "launches": b.kernels or len(kernels), "kernels": kernels})
-    scored.sort(key=lambda s: -s["unsure_modelled_s"])
+                               "launches": launches, "unsure_per_planned_s": unsure / ncu_planned_s(launches),
+                               "kernels": kernels})
+    scored.sort(key=lambda s: -s["unsure_per_planned_s"])
     return scored[:count]
 
 
@@ -223,10 +272,9 @@ def ncu_steps(bundle: str, choices: Sequence[Mapping], est: Estimator) -> list[S
                 "--log-file", f"{{out}}/ncu/{c['model']}__{c['system']}.csv",
                 "{python}", "-m", "tvm_ext.bench.kernel_profile", f"{{run_dir}}/{bundle}", "--model", c["model"],
                 "--system", c["system"]]
-        assumed = ASSUMED_S["ncu_start"] + ASSUMED_S["ncu_per_kernel"] * c["launches"]
         steps.append(_step(f"ncu:{c['model']}/{c['system']}", "ncu", argv,
-                           est.fixed("ncu", c["model"], [c["system"]], assumed), model=c["model"],
-                           systems=[c["system"]], bundle=bundle, tool="ncu"))
+                           est.fixed("ncu", c["model"], [c["system"]], ncu_planned_s(c["launches"])),
+                           model=c["model"], systems=[c["system"]], bundle=bundle, tool="ncu"))
     return steps
 
 
@@ -234,10 +282,12 @@ __all__ = [
     "ASSUMED_S",
     "MODEL_OPTIMISM",
     "SANITIZER_TOOLS",
+    "UNKNOWN_MS",
     "Estimator",
     "History",
     "measure_steps",
     "ncu_choices",
+    "ncu_planned_s",
     "ncu_steps",
     "sanitize_steps",
     "timeout_for",
