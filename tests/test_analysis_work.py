@@ -1,10 +1,11 @@
 """Planned work counted on TIR: loops multiplied out, expression DAGs walked once."""
 from __future__ import annotations
 
+import pytest
 from tvm import tirx
 from tvm.script import tirx as T
 
-from tvm_ext.analysis.work import Work, executed_work, function_work
+from tvm_ext.analysis.work import ENUMERATION_LIMIT, Work, executed_work, function_work
 
 
 @T.prim_func(s_tir=True)
@@ -68,6 +69,24 @@ def test_nested_guards_are_conditioned_on_the_enclosing_ones():
     """t < 16 inside t < 32 holds for half of the threads that reach it, 16 of 64 in all."""
     work = executed_work(_nested_guards)
     assert work.transcendentals == 16 and work.global_loads == 32
+
+
+@T.prim_func(s_tir=True)
+def _few_of_a_large_grid(x: T.Buffer((768,), "float32"), y: T.Buffer((768,), "float32")):
+    """A stage of 768 elements on a resident grid of 264 x 1024 threads (the ViT and LSTM stitched
+    kernels): 270,336 thread positions, past what is enumerated."""
+    for b in T.thread_binding(264, thread="blockIdx.x"):
+        for t in T.thread_binding(1024, thread="threadIdx.x"):
+            if b * 1024 + t < 768:
+                y[b * 1024 + t] = T.tanh(x[b * 1024 + t])
+
+
+def test_a_guard_on_a_domain_past_the_enumeration_limit_is_sampled():
+    assert 264 * 1024 > ENUMERATION_LIMIT
+    work = executed_work(_few_of_a_large_grid)
+    assert work.transcendentals == pytest.approx(768, rel=0.1)      # not 270,336: one per thread
+    assert work.global_loads == pytest.approx(768, rel=0.1)
+    assert executed_work(_few_of_a_large_grid) == work              # a fixed seed
 
 
 def test_a_guard_over_an_unbounded_value_counts_as_taken():
