@@ -32,14 +32,16 @@ from typing import Any
 import tvm
 from tvm import tirx
 
+from ..analysis.work import executed_work, function_work
 from ..frontend.split_slices import SplitToSlices
 from ..graph import sblocks
 from ..hardware import DeviceSpec
 from ..select.candidate import Candidate, CodePath, LaunchShape, boundary_bytes
 from ..select.context import SelectionContext
+from ..select.describe import executed_ratios
 from ..select.emit import EmitError
 from ..select.generator import ScheduledKernel, ScheduleRefused, register_generator
-from .planner import PlanOptions, StitchPlanError, plan_prim_func
+from .planner import PlanOptions, StitchPlan, StitchPlanError, plan_prim_func
 from .plans import StitchKernelPlan, realize
 from .prologue_schedule import build_prologue_schedule, plan_prologue_tiles
 from ..tir import promote_workspace
@@ -47,6 +49,53 @@ from .schedule import StitchScheduleError, build_schedule
 from .scope import ScopeGroup, is_stitchable, stitch_scope
 
 logger = logging.getLogger(__name__)
+
+
+#: Executed transcendentals or flops per block, as a multiple of what the whole function plans,
+#: above which a stitched kernel is not proposed. Planned is the function after the plan's inlining,
+#: which holds the recomputation the plan means (softmax's ``exp`` in its sum and normalisation).
+#: Up to this bound the excess is *replication*: each block derives a value every block needs
+#: (AStitch's regional scheme: a squeeze-excite gate's reduced vector computed by every block that
+#: reads it), which is priced (:data:`PRICED_FROM`). Past it, a block recomputes more than the whole
+#: function needs: a chain re-derived along the serial path (the H200's stitched LSTM, built before
+#: the inlining bound of :mod:`.dominance`, recomputed its recurrence from step 0 at every step and
+#: ran 18.4 ms against 0.97 for baseline), which the cost model cannot price. Issue 34: "within
+#: 1.5x of its planned work, or the kernel is not selected".
+RECOMPUTE_PER_BLOCK = 1.0
+#: Executed / planned arithmetic or global loads from which a proposed stitched kernel is priced
+#: from what it executes: the check layer's recomputation finding (``checks.work.RECOMPUTE_LIMIT``).
+#: Below it the excess is convention every generator's kernels share (a cross-thread reduction's
+#: shuffles, a padded row), which the other generators' candidates are not charged for either.
+PRICED_FROM = 3.0
+
+
+@dataclasses.dataclass(frozen=True)
+class BuiltWork:
+    """What the kernel a stitch plan builds executes, against what it plans."""
+
+    #: Executed / planned arithmetic and global loads the candidate is priced with (1.0 below
+    #: :data:`PRICED_FROM`; the ratios of :func:`~tvm_ext.select.describe.executed_ratios`).
+    flops_ratio: float = 1.0
+    loads_ratio: float = 1.0
+    #: Why the kernel is not proposed ('' when it is).
+    refused: str = ""
+
+
+def built_work(func: tirx.PrimFunc, plan: StitchPlan) -> BuiltWork:
+    """Build ``plan`` on ``func`` and count what the kernel executes (see :data:`RECOMPUTE_PER_BLOCK`)."""
+    scheduled = build_schedule(plan)
+    if plan.inlined_func is not None:
+        planned, executed = function_work(plan.inlined_func), executed_work(scheduled)
+        over = {name: done / want for name, done, want in (
+            ("transcendentals", executed.transcendentals, planned.transcendentals),
+            ("flops", executed.flops, planned.flops)) if want > 0 and done > RECOMPUTE_PER_BLOCK * plan.grid * want}
+        if over:
+            what = ", ".join(f"{ratio:.0f}x the {name}" for name, ratio in over.items())
+            return BuiltWork(refused=f"the built kernel executes {what} its plan does over {plan.grid} blocks: "
+                                     "a block recomputes more than the whole function needs")
+    flops_ratio, loads_ratio = executed_ratios(func, scheduled)
+    return BuiltWork(flops_ratio if flops_ratio >= PRICED_FROM else 1.0,
+                     loads_ratio if loads_ratio >= PRICED_FROM else 1.0)
 
 
 def worth_own_schedule(func: tirx.PrimFunc) -> bool:
@@ -177,20 +226,23 @@ class StitchGenerator:
                    recomputes: tuple[int, ...] = ()) -> Candidate | None:
         members = ctx.ordered(group.nodes)
 
-        def plan() -> StitchKernelPlan | str:
+        def plan() -> tuple[StitchKernelPlan, BuiltWork] | str:
             try:
                 func = ctx.fused_function(members, recomputes)
                 if group.kind == "prologue":
-                    return StitchKernelPlan("prologue", tiles=plan_prologue_tiles(func, ctx.device))
-                return StitchKernelPlan(group.kind, group.parts, stitch=plan_prim_func(func, ctx.device, self.options))
+                    return StitchKernelPlan("prologue", tiles=plan_prologue_tiles(func, ctx.device)), BuiltWork()
+                stitch = plan_prim_func(func, ctx.device, self.options)
+                work = built_work(func, stitch)
+                return work.refused or (StitchKernelPlan(group.kind, group.parts, stitch=stitch), work)
             except (StitchPlanError, StitchScheduleError, EmitError) as err:
                 return str(err)
 
-        made = ctx.memo(("stitch", group.kind, group.parts, ctx.signature(members, recomputes)), plan)
-        if isinstance(made, str):
-            ctx.drop(self.name, members, made)
-            logger.info("stitch group %s not planned: %s", list(members), made)
+        built = ctx.memo(("stitch", group.kind, group.parts, ctx.signature(members, recomputes)), plan)
+        if isinstance(built, str):
+            ctx.drop(self.name, members, built)
+            logger.info("stitch group %s not planned: %s", list(members), built)
             return None
+        made, work = built
         if made.tiles is not None:
             t = made.tiles
             launch = LaunchShape(grid=t.grid, threads=t.threads_x * t.threads_y, shared_bytes=t.shared_bytes)
@@ -202,10 +254,14 @@ class StitchGenerator:
         why = f"stitch scope: {group.kind} group"
         if recomputes:
             why += "; recomputes " + ", ".join(ctx.graph.nodes[n].func_name for n in recomputes)
-        return Candidate.of(ctx.graph, members, made, launch=launch, code_path=CodePath(made.code_path),
-                            global_bytes=moved + _global_round_trips(made),
+        if max(work.flops_ratio, work.loads_ratio) > 1.0:
+            why += (f"; priced as built: {work.flops_ratio:.2f}x the function's arithmetic, "
+                    f"{work.loads_ratio:.2f}x its global loads")
+        cand = Candidate.of(ctx.graph, members, made, launch=launch, code_path=CodePath(made.code_path),
+                            global_bytes=int((moved + _global_round_trips(made)) * work.loads_ratio),
                             unique_bytes=moved + _global_round_trips(made) // 2,
                             provenance=why, key=ctx.kernel_key(members, made, recomputes), recomputes=recomputes)
+        return dataclasses.replace(cand, flops=int(cand.flops * work.flops_ratio)) if work.flops_ratio > 1.0 else cand
 
     def schedule(self, func: tirx.PrimFunc, plan: StitchKernelPlan, device: DeviceSpec) -> ScheduledKernel:
         """Build ``plan`` on ``func``: the prologue builder, or the stitch schedule builder on the
