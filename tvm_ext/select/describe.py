@@ -31,7 +31,7 @@ from typing import Any
 from tvm import tirx
 
 from ..analysis import element_bytes
-from ..analysis.work import executed_work, function_work
+from ..analysis.work import Work, executed_work, function_work
 from ..graph import func_flops, gathered_reads
 from .candidate import CodePath, LaunchShape
 from .launch import launch_shape, uses_tensor_cores
@@ -89,14 +89,16 @@ def _param_bytes(param) -> tuple[int, str]:
 
 
 def executed_ratios(graph_func: tirx.PrimFunc, scheduled: tirx.PrimFunc,
-                    planned_extra_flops: float = 0.0) -> tuple[float, float]:
+                    planned_extra_flops: float = 0.0, executed: Work | None = None) -> tuple[float, float]:
     """Executed over planned arithmetic and global loads of ``scheduled``; 1.0 for each within
-    :data:`EXECUTED_MARGIN` of its plan (``planned_extra_flops``: what the plan adds, its padding).
+    :data:`EXECUTED_MARGIN` of its plan (``planned_extra_flops``: what the plan adds, its padding;
+    ``executed``: :func:`~tvm_ext.analysis.work.executed_work` of ``scheduled`` when already counted).
 
     A count the scheduled kernel hides (tensor-core intrinsics, copies into shared memory that
     replace the function's per-iteration loads) comes out below its plan and is left at 1.0.
     """
-    planned, executed = function_work(graph_func), executed_work(scheduled)
+    planned = function_work(graph_func)
+    executed = executed if executed is not None else executed_work(scheduled)
 
     def ratio(done: float, plan: float) -> float:
         return done / plan if plan > 0 and done > EXECUTED_MARGIN * plan else 1.0

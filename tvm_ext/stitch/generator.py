@@ -84,8 +84,9 @@ class BuiltWork:
 def built_work(func: tirx.PrimFunc, plan: StitchPlan) -> BuiltWork:
     """Build ``plan`` on ``func`` and count what the kernel executes (see :data:`RECOMPUTE_PER_BLOCK`)."""
     scheduled = build_schedule(plan)
+    executed = executed_work(scheduled)
     if plan.inlined_func is not None:
-        planned, executed = function_work(plan.inlined_func), executed_work(scheduled)
+        planned = function_work(plan.inlined_func)
         over = {name: done / want for name, done, want in (
             ("transcendentals", executed.transcendentals, planned.transcendentals),
             ("flops", executed.flops, planned.flops)) if want > 0 and done > RECOMPUTE_PER_BLOCK * plan.grid * want}
@@ -93,7 +94,7 @@ def built_work(func: tirx.PrimFunc, plan: StitchPlan) -> BuiltWork:
             what = ", ".join(f"{ratio:.0f}x the {name}" for name, ratio in over.items())
             return BuiltWork(refused=f"the built kernel executes {what} its plan does over {plan.grid} blocks: "
                                      "a block recomputes more than the whole function needs")
-    flops_ratio, loads_ratio = executed_ratios(func, scheduled)
+    flops_ratio, loads_ratio = executed_ratios(func, scheduled, executed=executed)
     return BuiltWork(flops_ratio if flops_ratio >= PRICED_FROM else 1.0,
                      loads_ratio if loads_ratio >= PRICED_FROM else 1.0)
 

@@ -9,7 +9,7 @@ compile``, the benchmark bundles):
   and the TVM runtime only, and loading costs no compile. ``embed_source=True`` keeps the
   source instead (TVM's own behaviour: the GPU machine compiles it at every load);
 * CUTLASS objects inside need ``libcudart``: the link options are added;
-* ``strip_debug=True`` links without the host code's DWARF sections (a quarter of a typical
+* ``strip_debug=True`` links without the host code's DWARF sections (a third of a typical
   library; the benchmark bundles, which must fit the 64 MiB that travel to a GPU machine).
 
 The arch comes from the ``target`` argument, else from the source itself: importing tvm_ext
