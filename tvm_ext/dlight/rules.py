@@ -21,6 +21,7 @@ from tvm import s_tir, tirx
 from ..errors import TVM_ERRORS
 from ..ir_update import with_functions
 from ..select.attrs import FALLBACK_ATTR, GENERATOR_ATTR, RULE_ATTR
+from ..tir.script_import import import_tensor_intrinsics
 
 logger = logging.getLogger(__name__)
 
@@ -68,6 +69,8 @@ def apply_rules(func: tirx.PrimFunc, target: tvm.target.Target, rules: list | No
     others are tried in their order.
     """
     rules = list(rules) if rules is not None else default_rules()
+    if target.kind.name == "cuda":      # dlight's tensor-core Matmul imports them; fast here
+        import_tensor_intrinsics()
     if only is not None:
         rules = [r for r in rules if type(r).__name__ == only] + [r for r in rules if type(r).__name__ != only]
     failures: list[str] = []

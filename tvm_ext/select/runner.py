@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Protocol, Sequence
 import tvm
 from tvm import tirx
 
+from ..tir.script_import import register_all_tensor_intrinsics
 from .attrs import PLAN_ATTR
 from .database import Database
 from .describe import KernelDescription, describe_scheduled
@@ -102,7 +103,8 @@ class MetaScheduleRunner:
         from tvm.s_tir import meta_schedule as ms
 
         self.runner = runner or ms.runner.LocalRunner(evaluator_config=evaluator())
-        self.builder = builder or ms.builder.LocalBuilder(max_workers=2, timeout_sec=BUILD_TIMEOUT_S)
+        self.builder = builder or ms.builder.LocalBuilder(
+            max_workers=2, timeout_sec=BUILD_TIMEOUT_S, initializer=register_all_tensor_intrinsics)
         self.name = name
 
     @classmethod

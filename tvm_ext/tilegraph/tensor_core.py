@@ -54,6 +54,7 @@ import tvm
 import tvm_ffi
 from tvm import tirx
 
+from ..tir.script_import import import_tensor_intrinsics
 from ..tir.workspace import buffer_scope
 from .enumerate import MMA_FRAGMENT as FRAGMENT
 _RED = tirx.IterVar.CommReduce
@@ -217,10 +218,9 @@ def stepped_reduction(kstep: int, depth: int, lead: int = 1) -> int:
 
 
 def _intrinsics(fit: WmmaFit, output_scope: str, dynamic: bool) -> dict[str, str]:
-    # Imported here: the module registers TVM's ~100 CUDA tensor intrinsics by parsing TVMScript,
-    # 30-60 s on 2 cores, which fp32 plans and CPU builds without tensor-core stages never need.
-    from tvm.s_tir.tensor_intrin import cuda as wmma_intrin  # pylint: disable=import-outside-toplevel
-
+    # Imported here, fast (tvm_ext.tir.script_import): registering TVM's CUDA tensor intrinsics
+    # parses ~250 TVMScript functions, which fp32 plans and CPU builds never need.
+    wmma_intrin = import_tensor_intrinsics()
     acc = "F16" if fit.accumulator == "float16" else "F32"
     sync = "f16f16f16" if fit.accumulator == "float16" else "f16f16f32"
     trans = "_TRANS" if fit.trans_b else ""
