@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Iterator
 
 from ..errors import PresetError
+from ..select.budget import PlanningBudget
 
 #: The preset of ``tvm_ext.compile``, ``inspect``, the ``"tvm_ext"`` pipeline and the CLI: ``full``,
 #: modelled no slower than baseline, stitch or cutlass on every seed model (bench/modelled/).
@@ -67,6 +68,10 @@ class Preset:
         Combine independent GEMMs sharing an input (SOUFFLE's horizontal transform,
         :class:`tvm_ext.subprogram.HorizontalMatmul`) where the cost model prices the selection
         lower than without it (:class:`~tvm_ext.driver.graph_choice.CheaperOf`, whole module).
+    budget : PlanningBudget
+        What each searching generator (tilegraph, orchestrate, subprogram) may spend planning one
+        function, scaled by its call nodes (:mod:`tvm_ext.select.budget`); when it is spent the
+        generator hands over the candidates it has and the selection report says so.
     """
 
     name: str
@@ -81,6 +86,7 @@ class Preset:
     recompute: bool = False
     fission: bool = False
     horizontal: bool = False
+    budget: PlanningBudget = PlanningBudget()
 
     def __post_init__(self) -> None:
         if self.recompute and self.selector != "blp":

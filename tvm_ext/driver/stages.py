@@ -140,10 +140,12 @@ def _distinct_passes(passes) -> list:
 
 
 def preset_passes(preset: str | Preset, target: tvm.target.Target,
-                  excluded: Mapping[str, str] | None = None, library_codegen: bool = True) -> StagePasses:
+                  excluded: Mapping[str, str] | None = None, library_codegen: bool = True,
+                  shared: dict | None = None) -> StagePasses:
     """Every stage's passes for ``preset`` and ``target`` (see the module docstring); candidates
     whose kernel key is in ``excluded`` are not selected. ``library_codegen=False`` leaves the
-    library generators' chosen calls as ``Codegen`` functions (what checks of those calls read)."""
+    library generators' chosen calls as ``Codegen`` functions (what checks of those calls read).
+    ``shared`` holds plans by structure across calls (:func:`build` hands each round the same)."""
     p = get_preset(preset)
     plan_target = planning_target(target)
     dispatch, legal, fuse_ops = _tvm_graph_passes(target)
@@ -158,7 +160,7 @@ def preset_passes(preset: str | Preset, target: tvm.target.Target,
                    for ps in g.codegen_passes(plan_target)]
         select = SelectKernels(names, _selector(p), device, plan_target,
                                cost_model(p) if p.selector == "blp" else None, excluded=excluded,
-                               recompute=p.recompute)
+                               recompute=p.recompute, budget=p.budget, shared=shared)
         rest = fuse_ops if p.rest == "fuseops" else []
         fuse = prepare + dispatch + [RecordOrigin()] + legal + [select] + codegen + rest
         if p.fission:   # Korch's fission where the cost model says it pays (whole module)
@@ -283,10 +285,11 @@ def build(mod: tvm.IRModule, target: tvm.target.Target, preset: str | Preset = "
     p = get_preset(preset)
     seconds: dict[str, float] = {"graph": 0.0, "schedule": 0.0}
     excluded: dict[str, str] = {}
+    shared: dict = {}     # plans by structure: a round plans only what earlier rounds did not
     # CUDA graphs exist only on CUDA: a CPU build of a capturing preset (the oracle) captures nothing
     with cuda_graph_context((cuda_graph or p.cuda_graph) and target.kind.name == "cuda"), target:
         for round_ in range(MAX_RESELECTIONS + 2):
-            stages = preset_passes(p, target, excluded)
+            stages = preset_passes(p, target, excluded, shared=shared)
             start = time.perf_counter()
             fused_ops = _run(stages.fuse, mod, f"tvm_ext.{p.name}.graph.fuse")
             graph = _run(stages.fuse_tir, fused_ops, f"tvm_ext.{p.name}.graph.fuse_tir")

@@ -359,6 +359,17 @@ class OpGraph:
             raise ValueError("OpGraph has a cycle")
         return order
 
+    def _positions(self) -> dict[int, int]:
+        if self._position is None:
+            self._position = {n: k for k, n in enumerate(self.topological_order())}
+        return self._position
+
+    def in_topological_order(self, members: Iterable[int]) -> list[int]:
+        """``members`` (valid node indices) in topological order, without duplicates: a sort of the
+        set, not a scan of the graph (tile enumeration orders the same small groups many times)."""
+        pos = self._positions()
+        return sorted(set(members), key=pos.__getitem__)
+
     def is_convex(self, members: Iterable[int]) -> bool:
         """True if no path leaves the node set and re-enters it.
 
@@ -367,9 +378,7 @@ class OpGraph:
         inside = set(members)
         if not inside:
             return True
-        if self._position is None:
-            self._position = {n: k for k, n in enumerate(self.topological_order())}
-        pos = self._position
+        pos = self._positions()
         last = max(pos[m] for m in inside)
         frontier = deque(c for m in inside for c in self._consumers[m] if c not in inside and pos[c] < last)
         seen = set(frontier)

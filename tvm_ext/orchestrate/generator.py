@@ -108,15 +108,22 @@ class OrchestrateGenerator:
         known = {c.nodes for c in ctx.proposed}
         out, failed, unplanned = [], 0, 0
         planned: set[tuple] = set()
+        unbudgeted: set[tuple] = set()     # distinct sets the planning budget left unplanned
+        meter = ctx.meter(self.name)     # the preset's planning budget; a work unit: one node of a set planned
         for nodes in sorted(found.sets, key=len):      # smallest first: the kernel budget keeps them
             members = ctx.ordered(nodes)
             if members in known:
                 continue
             signature = ctx.signature(members)
-            if signature not in planned and len(planned) >= self.limits.max_kernels:
-                unplanned += 1
-                continue
-            planned.add(signature)
+            if signature not in planned:
+                if len(planned) >= self.limits.max_kernels:
+                    unplanned += 1
+                    continue
+                if meter.exhausted:
+                    unbudgeted.add(signature)
+                    continue
+                meter.spend(len(members))
+                planned.add(signature)
             cand = self._build(ctx, members)
             if cand is None:
                 failed += 1
@@ -126,6 +133,9 @@ class OrchestrateGenerator:
                 f"sets, {len(out)} candidates, {failed} no builder takes or could plan")
         if unplanned:
             note += f", {unplanned} left unplanned (budget of {self.limits.max_kernels} distinct kernels)"
+        if unbudgeted:
+            ctx.notes.append(meter.note(len(planned), len(planned) + len(unbudgeted), "distinct sets"))
+            logger.warning(ctx.notes[-1])
         ctx.notes.append(note + "".join(f"; {c}" for c in found.capped))
         logger.info(ctx.notes[-1])
         return out

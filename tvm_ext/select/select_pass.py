@@ -7,7 +7,8 @@ builds the OpGraph, asks each generator for candidates, lets the selector choose
 chosen candidates (:func:`~tvm_ext.select.emission.emit_selection`). What happened is recorded
 in the module attribute :data:`~tvm_ext.select.attrs.SELECTION_ATTR` (JSON per function:
 candidates proposed per generator, kernels chosen per generator, uncovered nodes, dropped
-candidates with reasons).
+candidates with reasons, seconds each generator took to propose, also logged at INFO with the
+record attributes ``tvm_ext_generator`` and ``tvm_ext_seconds``).
 
 Candidates whose key is in ``excluded`` (kernels that failed to schedule in an earlier build
 round, see :func:`tvm_ext.driver.stages.build`) are not offered to the selector; they are listed
@@ -122,16 +123,25 @@ class SelectKernels:
             sel_ctx = SelectionContext(mod, name, graph, self.device, target, origins.get(name),
                                        shared=self.shared, budget=self.budget)
             candidates: list = []
-            proposers = [g.candidates for g in self.generators]
+            proposers = [(g.name, g.candidates) for g in self.generators]
             if self.recompute:
-                proposers.append(lambda c: recomputing_candidates(c, c.proposed))
-            for propose in proposers:
+                proposers.append(("recompute", lambda c: recomputing_candidates(c, c.proposed)))
+            planning: dict[str, float] = {}
+            work: dict[str, float] = {}
+            for gen_name, propose in proposers:
+                begun = time.perf_counter()
                 for cand in propose(sel_ctx):
                     if cand.key and cand.key in self.excluded:
                         sel_ctx.drop(cand.generator, cand.nodes, self.excluded[cand.key])
                     else:
                         candidates.append(cand)
                 sel_ctx.proposed = list(candidates)
+                planning[gen_name] = round(time.perf_counter() - begun, 3)
+                work[gen_name] = sel_ctx.spent(gen_name)
+                logger.info("%s: %s proposed in %.1f s (%.0f work units)", name, gen_name, planning[gen_name],
+                            work[gen_name], extra={"tvm_ext_generator": gen_name,
+                                                   "tvm_ext_seconds": planning[gen_name],
+                                                   "tvm_ext_work": work[gen_name]})
             selection = self.selector.select(sel_ctx, candidates, self.cost)
             mod = emit_selection(sel_ctx, selection.chosen)
             report[name] = {
@@ -143,6 +153,8 @@ class SelectKernels:
                 "objective_s": selection.objective_s,
                 "notes": [*sel_ctx.notes, *selection.notes],
                 "seconds": round(time.perf_counter() - start, 3),
+                "generator_seconds": planning,
+                "generator_work": work,
             }
         return mod.with_attr(SELECTION_ATTR, json.dumps(report, sort_keys=True))
 

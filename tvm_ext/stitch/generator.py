@@ -238,7 +238,10 @@ class StitchGenerator:
             except (StitchPlanError, StitchScheduleError, EmitError) as err:
                 return str(err)
 
-        built = ctx.memo(("stitch", group.kind, group.parts, ctx.signature(members, recomputes)), plan)
+        # by structure: a later graph-stage run of the build (another graph choice, a re-selection
+        # round) reuses the plan and the built schedule's counts
+        built = ctx.shared_memo(("stitch", self.options, group.kind, group.parts,
+                                 ctx.signature(members, recomputes)), plan)
         if isinstance(built, str):
             ctx.drop(self.name, members, built)
             logger.info("stitch group %s not planned: %s", list(members), built)

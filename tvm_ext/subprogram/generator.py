@@ -29,6 +29,7 @@ from tvm import tirx
 
 from ..errors import TVM_ERRORS
 from ..hardware import DeviceSpec
+from ..select.budget import BudgetMeter
 from ..select.candidate import Candidate, CodePath, LaunchShape, StageWork, boundary_bytes, dominant_dtype
 from ..select.context import SelectionContext
 from ..select.emit import EmitError
@@ -126,19 +127,29 @@ class SubprogramGenerator:
         schedules = dlight_schedules(teg, ctx.target, dict.fromkeys(gemms + compute))
         threads = _thread_shapes(schedules, gemms)
         out = []
+        meter = ctx.meter(self.name)        # a work unit: one node of a piece designed
+        asked = designed = 0
         for part in partition(teg, ctx.device, dlight_shapes(teg, ctx.target, schedules)):
             if part.external:
                 continue
             for members in pieces(part, threads):
                 if len(members) < 2 or not any(threads.get(n) for n in members):
                     continue
-                cand = self._candidate(ctx, members)
+                asked += 1
+                if meter.exhausted:
+                    continue
+                designed += 1
+                cand = self._candidate(ctx, members, meter)
                 if cand is not None:
                     out.append(cand)
+        if designed < asked:
+            ctx.notes.append(meter.note(designed, asked, "pieces"))
+            logger.warning(ctx.notes[-1])
         return out
 
-    def _candidate(self, ctx: SelectionContext, members: tuple[int, ...]) -> Candidate | None:
+    def _candidate(self, ctx: SelectionContext, members: tuple[int, ...], meter: BudgetMeter) -> Candidate | None:
         def make() -> Design | str:
+            meter.spend(len(members))
             try:
                 return design(ctx.fused_function(members), ctx.device, ctx.target)
             except (StageError, EmitError) as err:
@@ -146,7 +157,7 @@ class SubprogramGenerator:
             except TVM_ERRORS as err:
                 return f"TVM refused a stage: {str(err).splitlines()[0][:200]}"
 
-        made = ctx.memo(("subprogram", ctx.signature(members)), make)
+        made = ctx.shared_memo(("subprogram", ctx.signature(members)), make)     # by structure, build-wide
         if isinstance(made, str):
             ctx.drop(self.name, members, made)
             logger.info("subprogram piece %s not merged: %s", list(members), made)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 from dataclasses import dataclass
 
 from ..select.candidate import Candidate, CodePath, LaunchShape, boundary_bytes
@@ -130,7 +131,13 @@ def connect_graph(ctx: SelectionContext, cost, *, also_explored: bool = False) -
     later) and those it took and merged further (a layer norm's group before it took the GEMM after
     it: the selector may price that GEMM lower in a kernel of another generator, with its
     epilogue). The selector, pricing them all, picks the cover.
+
+    The search plans from ``ctx.meter("tilegraph")`` (:mod:`tvm_ext.select.budget`). Once that is
+    exhausted it stops before planning another group: the groups connected so far are returned
+    (nodes never priced alone with ``plan`` None and ``seconds`` inf), the step it stopped in is
+    not taken, and a note in ``ctx.notes`` says after how many of the groups asked for.
     """
+    meter = ctx.meter("tilegraph")
     pricer = _Pricer(ctx, cost)
     calls = ctx.call_nodes()
     group_of: dict[int, tuple[int, ...]] = {n: (n,) for n in calls}
@@ -139,30 +146,39 @@ def connect_graph(ctx: SelectionContext, cost, *, also_explored: bool = False) -
     saving: dict[tuple[int, ...], None] = {}      # merges that saved when tried, in the order tried
     edges = [(n, c) for n in calls for c in ctx.ordered(c for c in ctx.graph.consumers(n) if c in group_of)]
 
+    planned = [0]
+
     def priced(members: tuple[int, ...]) -> tuple[TilePlan | None, float]:
         if members not in price:
             price[members] = pricer.alone(members)
+            planned[0] += 1
         return price[members]
 
     def trial(merged: tuple[int, ...]) -> tuple[TilePlan | None, float]:
         if merged not in trials:
             trials[merged] = pricer.tile(merged) if ctx.graph.is_convex(merged) else (None, float("inf"))
+            planned[0] += 1
         return trials[merged]
 
+    unasked = -1        # moves of the step the budget stopped (-1: it did not stop)
     while True:
         best = None
         for neighbourhoods in (False, True):       # neighbourhoods only once no pair saves anything
-            for parts in _moves(ctx, edges, group_of, neighbourhoods):
+            moves = _moves(ctx, edges, group_of, neighbourhoods)
+            for k, parts in enumerate(moves):
                 merged = ctx.ordered(sum(parts, ()))
+                if (merged not in trials or any(p not in price for p in parts)) and meter.exhausted:
+                    unasked = len(moves) - k
+                    break
                 plan, seconds = trial(merged)
                 gain = sum(priced(p)[1] for p in parts) - seconds
                 if plan is not None and gain > 0:
                     saving[merged] = None
                     if best is None or gain > best[0]:
                         best = (gain, merged, plan, seconds)
-            if best is not None:
+            if best is not None or unasked >= 0:
                 break
-        if best is None:
+        if best is None or unasked >= 0:
             break
         gain, merged, plan, seconds = best
         price[merged] = (plan, seconds)
@@ -170,7 +186,12 @@ def connect_graph(ctx: SelectionContext, cost, *, also_explored: bool = False) -
             group_of[m] = merged
         logger.debug("connected %s: %.3g s, %.3g s saved", [ctx.graph.nodes[m].name for m in merged], seconds, gain)
     groups = list(dict.fromkeys(group_of[n] for n in calls))
-    kept = [ConnectedGroup(g, *priced(g)) for g in groups]
+    if unasked >= 0:
+        ctx.notes.append(meter.note(planned[0], planned[0] + unasked))
+        logger.warning(ctx.notes[-1])
+        kept = [ConnectedGroup(g, *price.get(g, (None, math.inf))) for g in groups]
+    else:
+        kept = [ConnectedGroup(g, *priced(g)) for g in groups]
     if not also_explored:
         return kept
     final = set(groups)

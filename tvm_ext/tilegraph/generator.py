@@ -71,6 +71,7 @@ class TileGraphGenerator:
         connecting planned but did not keep, and one per plannable part of those less the epilogues
         of GEMMs outside them (the selector picks among them)."""
         start = time.perf_counter()
+        ctx.meter(self.name)        # the planning budget counts from here
         groups = connect_graph(ctx, self.cost or MeasuredCostModel(), also_explored=True)
         planned = [g for g in groups if len(g.nodes) > 1 and g.plan is not None]
         out = [tile_candidate(ctx, g.nodes, g.plan, f"tile graph: {len(g.nodes)} nodes, "
@@ -87,13 +88,15 @@ class TileGraphGenerator:
 
     @staticmethod
     def _without_foreign_epilogues(ctx: SelectionContext, groups: list[tuple[int, ...]]) -> list[tuple]:
-        """(nodes, plan) of each new plannable part of ``groups`` less foreign epilogues."""
+        """(nodes, plan) of each new plannable part of ``groups`` less foreign epilogues (none
+        once the planning budget is spent)."""
         owners = epilogue_owners(ctx.graph)
         seen = set(groups)
         found = []
+        meter = ctx.meter("tilegraph")
         for group in groups:
             for part in without_foreign_epilogues(ctx, group, owners):
-                if part in seen:
+                if part in seen or meter.exhausted:
                     continue
                 seen.add(part)
                 plan = plan_group(ctx, part)

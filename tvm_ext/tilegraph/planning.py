@@ -18,8 +18,10 @@ columns of the GEMM it feeds); the best of those that recompute nothing is
 keeps the cheaper.
 
 Identical sub-graphs are planned once: plans are memoized by the group's structural signature
-(``SelectionContext.memo``; the connect levels follow from it), so BERT's layers 2-12 reuse layer
-1's plans (Welder's sub-graph signature cache).
+(``SelectionContext.shared_memo``; the connect levels follow from it), so BERT's layers 2-12 reuse
+layer 1's plans (Welder's sub-graph signature cache), and the build's later graph-stage runs reuse
+the first one's. Each group planned charges its node count to the generator's planning budget
+(``SelectionContext.meter("tilegraph")``, :mod:`tvm_ext.select.budget`).
 
 Example
 -------
@@ -31,6 +33,8 @@ from __future__ import annotations
 
 import dataclasses
 from typing import NamedTuple
+
+import tvm_ffi
 
 from ..errors import AnalysisError
 from ..graph import has_contraction, is_reduction, sblocks
@@ -129,6 +133,7 @@ def _group_plans(ctx: SelectionContext, members: tuple[int, ...]) -> tuple[TileP
     members = ctx.ordered(members)
 
     def plans() -> tuple[TilePlan | str, TilePlan | None]:
+        ctx.meter("tilegraph").spend(len(members))      # work unit: one node of a group planned
         graph = ctx.graph
         empty = sorted({t for n in members for t in (*graph.nodes[n].inputs, *graph.nodes[n].outputs)
                         if t in graph.tensors and 0 in graph.tensors[t].shape})
@@ -150,14 +155,15 @@ def _group_plans(ctx: SelectionContext, members: tuple[int, ...]) -> tuple[TileP
             return str(err), None
         limit = ctx.device.max_shared_memory_per_block_optin
         levels = tuple((e.tensor, tg.connect_level(e).label) for e in tg.edges)
-        best = _best_buildable([c for c in ranked if not c.offered], func, inline, limit)
+        works = _TileWorks(ctx, func, inline)     # each tile's schedule built once per build
+        best = _best_buildable([c for c in ranked if not c.offered], works, limit)
         ranked_plan = best if isinstance(best, str) else _plan_of(ctx, func, best, inline, levels)
-        whole = _best_buildable([c for c in ranked if c.whole_reductions], func, inline, limit, recompute_free=True)
+        whole = _best_buildable([c for c in ranked if c.whole_reductions], works, limit, recompute_free=True)
         if isinstance(whole, str) or (isinstance(best, _Buildable) and whole.cand == best.cand):
             return ranked_plan, None
         return ranked_plan, _plan_of(ctx, func, whole, inline, levels)
 
-    return ctx.memo(("tilegraph", ctx.signature(members)), plans)
+    return ctx.shared_memo(("tilegraph", ctx.signature(members)), plans)
 
 
 def _plan_of(ctx: SelectionContext, func, best: "_Buildable", inline: tuple[str, ...],
@@ -210,17 +216,53 @@ class _Buildable(NamedTuple):
         return self.overlap == 1.0 and self.simt == 0 and self.padding == 1.0
 
 
-def _best_buildable(ranked: list[TileCandidate], func, inline: tuple[str, ...],
-                    shared_limit: int, *, recompute_free: bool = False) -> "_Buildable | str":
+class _TileWorks:
+    """:func:`~tvm_ext.tilegraph.schedule.tile_work` of one fused function, each (tile, padded
+    contractions, reduction step) built once per build: a schedule per call (tens of
+    milliseconds); the ranked and whole-reduction lists of a group share their tiles, and groups
+    of other signatures fuse into the same function (keyed by its structural hash)."""
+
+    def __init__(self, ctx: SelectionContext, func, inline: tuple[str, ...]):
+        self.ctx, self.func, self.inline = ctx, func, inline
+        self._key = ("tile_work", tvm_ffi.structural_hash(func), tuple(inline))
+
+    def __call__(self, tile: tuple[int, ...], padded: tuple[str, ...] = (), kstep: int = 0) -> list[BlockWork]:
+        """The blocks' work of ``tile`` (raises :class:`TileScheduleError` as ``tile_work`` does)."""
+        def build() -> list[BlockWork] | str:
+            try:
+                return tile_work(self.func, tile, self.inline, padded, kstep)
+            except TileScheduleError as err:
+                return str(err)
+
+        built = self.ctx.shared_memo((*self._key, tuple(tile), tuple(padded), kstep), build)
+        if isinstance(built, str):
+            raise TileScheduleError(built)
+        return built
+
+
+def _cannot_beat(best: "_Buildable", cand: TileCandidate) -> bool:
+    """Whether no option of ``cand`` can come before ``best`` by :meth:`_Buildable.key`: ``best``
+    recomputes nothing and leaves no GEMM to SIMT, and ``cand``'s score alone (its padding can only
+    multiply it, by 1 or more) is no lower than ``best``'s padded score (a tie goes to the earlier
+    rank). Such a tile is not built at all (exact: the choice is the one building every tile makes)."""
+    return best.overlap == 1.0 and best.simt == 0 and cand.score >= best.cand.score * best.padding
+
+
+def _best_buildable(ranked: list[TileCandidate], works: _TileWorks, shared_limit: int, *,
+                    recompute_free: bool = False) -> "_Buildable | str":
     """The best of ``ranked`` the builder can realize (by :meth:`_Buildable.key`), or why none; with
     ``recompute_free``, only tiles that recompute nothing but their border tile's padding count
     (the tiles offered as recomputing no reduction: one with a halo is no better placed than the
-    ranked ones to weigh less halo against Welder's score)."""
+    ranked ones to weigh less halo against Welder's score). Tiles that cannot beat the best so far
+    are skipped (:func:`_cannot_beat`)."""
     refused = "no output tile fits shared memory"
     buildable: list[_Buildable] = []
+    best: _Buildable | None = None
     for rank, cand in enumerate(ranked):
+        if best is not None and _cannot_beat(best, cand):
+            continue
         try:
-            work = tile_work(func, cand.output_tile, inline)
+            work = works(cand.output_tile)
         except TileScheduleError as err:
             refused = str(err)
             continue
@@ -228,40 +270,41 @@ def _best_buildable(ranked: list[TileCandidate], func, inline: tuple[str, ...],
         options = [(work, ())]
         if any(w.tensor_core for w in work):
             options.append((_simt(work), ()))
-        padded = _padded_option(func, cand.output_tile, inline, work)
+        padded = _padded_option(works, cand.output_tile, work)
         if padded:
             options.insert(0, padded)
         for option, pads in options:
             problem = _unbuildable(option, shared_limit)
             kstep = 0
             if problem and _staging_overflows(option, shared_limit):
-                stepped = _stepped_option(func, cand.output_tile, inline, pads, option, shared_limit)
+                stepped = _stepped_option(works, cand.output_tile, pads, option, shared_limit)
                 if stepped is not None:
                     (option, kstep), problem = stepped, ""
             if not problem and recompute_free and _overlap(option) > 1.0:
                 problem = f"it recomputes {_overlap(option)}x (a halo)"
             if not problem:
                 buildable.append(_Buildable(rank, cand, option, pads, kstep))
+                best = min(buildable, key=_Buildable.key)
                 break
         if problem:
             refused = f"tile {cand.output_tile}: {problem}"
         elif buildable[-1].ideal:
             break
-    return min(buildable, key=_Buildable.key) if buildable else refused
+    return best if best is not None else refused
 
 
-def _padded_option(func, tile: tuple[int, ...], inline: tuple[str, ...],
+def _padded_option(works: _TileWorks, tile: tuple[int, ...],
                    work: list[BlockWork]) -> tuple[list[BlockWork], tuple[str, ...]] | None:
     """The tile's work with its contractions that miss tensor cores by their extents padded to
     whole fragments (:mod:`~tvm_ext.tilegraph.padding`), if that puts more of them on tensor
     cores; else None."""
-    blocks = {b.name_hint: b for b, _ in sblocks(func)}
+    blocks = {b.name_hint: b for b, _ in sblocks(works.func)}
     names = tuple(w.name for w in work if isinstance(w.wmma, Misaligned) and w.name in blocks
                   and paddable(blocks[w.name]))
     if not names:
         return None
     try:
-        padded = tile_work(func, tile, inline, names)
+        padded = works(tile, names)
     except TileScheduleError:
         return None
     if sum(w.tensor_core for w in padded) <= sum(w.tensor_core for w in work):
@@ -277,7 +320,7 @@ def _staging_overflows(work: list[BlockWork], shared_limit: int) -> bool:
     return staged > 0 and total > shared_limit >= total - staged
 
 
-def _stepped_option(func, tile: tuple[int, ...], inline: tuple[str, ...], pads: tuple[str, ...],
+def _stepped_option(works: _TileWorks, tile: tuple[int, ...], pads: tuple[str, ...],
                     work: list[BlockWork], shared_limit: int) -> tuple[list[BlockWork], int] | None:
     """The tile's work with its tensor-core stages staging their operands in reduction steps
     (:func:`~tvm_ext.tilegraph.tensor_core.stepped_reduction`): the largest step, a multiple of 16
@@ -291,7 +334,7 @@ def _stepped_option(func, tile: tuple[int, ...], inline: tuple[str, ...], pads: 
                        for f in stages) > shared_limit:
             continue
         try:
-            stepped = tile_work(func, tile, inline, pads, k)
+            stepped = works(tile, pads, k)
         except TileScheduleError:
             return None
         return (stepped, k) if not _unbuildable(stepped, shared_limit) else None

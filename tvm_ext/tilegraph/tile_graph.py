@@ -169,6 +169,10 @@ class TileGraph:
         start = ConnectLevel.parse(level)
         self._levels: dict[Edge, ConnectLevel] = {e: start for e in self.edges}
         self.config: TileConfig | None = None
+        # enumeration propagates each tile once per reduction step tried; neither the regions of a
+        # tile nor a kernel's traffic depend on the step (nor on levels: a kernel is keyed by its nodes)
+        self._regions: dict[tuple[int, ...], tuple[dict, dict]] = {}
+        self._traffic: dict[tuple, TrafficReport] = {}
         self._check_partitions()
 
     # ------------------------------------------------------------------ structure
@@ -290,9 +294,15 @@ class TileGraph:
         """
         if rstep is not None and (isinstance(rstep, bool) or not isinstance(rstep, int) or rstep <= 0):
             raise TileGraphError(f"rstep must be a positive int or None, got {rstep!r}")
-        regions = propagate(self.graph, self.members, output_tile, interior=True)
-        # an output read inside the graph may be computed over more than its tile; its tile is stored
-        requested = output_tile_regions(self.graph, self.members, output_tile)
+        key = tuple(output_tile) if isinstance(output_tile, (tuple, list)) else None
+        if key is not None and key in self._regions:
+            regions, requested = self._regions[key]
+        else:
+            regions = propagate(self.graph, self.members, output_tile, interior=True)
+            # an output read inside the graph may be computed over more than its tile; its tile is stored
+            requested = output_tile_regions(self.graph, self.members, output_tile)
+            if key is not None:
+                self._regions[key] = (regions, requested)
         outs = {o: (requested[o] if o in requested else regions[o]).extents for o in self.outputs if o in regions}
         nodes = {i: regions[self.graph.nodes[i].outputs[0]].extents
                  for i in self.members if self.graph.nodes[i].outputs}
@@ -331,10 +341,13 @@ class TileGraph:
             empty = sorted(o for o, t in tiles.items() if 0 in t)
             if empty:
                 raise TileGraphError(f"kernel {list(group)}: outputs {empty} get an empty tile")
-            try:
-                report = traffic(self.graph, group, tiles)
-            except AnalysisError as err:
-                raise TileGraphError(f"kernel {list(group)} cannot be tiled by {tiles}: {err}") from err
+            key = (group, tuple(sorted(tiles.items())))
+            if key not in self._traffic:
+                try:
+                    self._traffic[key] = traffic(self.graph, group, tiles)
+                except AnalysisError as err:
+                    raise TileGraphError(f"kernel {list(group)} cannot be tiled by {tiles}: {err}") from err
+            report = self._traffic[key]
             regions = {n: t.region for n, t in report.tensors.items()}
             steps = rstep_regions(self.graph, group, regions, config.rstep)
             buffers = tile_buffers(self.graph, group, steps)

@@ -1,0 +1,136 @@
+"""Planning time per generator: the graph stage of a preset on ONNX models and BERT stacks.
+
+Runs each preset's graph stage (every generator proposes, the selector picks; no scheduling, no
+re-selection rounds) and prints, per model and preset, the call nodes, the seconds each generator
+took to propose and the work units it charged to its planning budget per call node (summed over
+the stage's runs: a preset with the horizontal transform runs it on both graphs), the whole stage,
+and any planning-budget note. ``--bert`` adds stacks of BERT
+layers (``tvm_ext.models.bert.bert_layer``, chained) to see how the time grows with depth: with
+identical layers planned once, it should grow far slower than the layer count.
+
+Usage::
+
+    python3 scripts/planning_time.py MODEL.onnx [MODEL.onnx ...] [--presets full,tilegraph] [--fp16]
+    python3 scripts/planning_time.py --seed-suite --fp16 --json planning.json
+    python3 scripts/planning_time.py --bert 1,2,4,8 --presets tilegraph --fp16
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import onnx
+import tvm
+from onnx import compose
+
+from tvm_ext.driver import load_module, preset_passes
+from tvm_ext.graph import OpGraph
+from tvm_ext.hardware import resolve_target
+from tvm_ext.models.bert import bert_layer
+from tvm_ext.models.skeleton import load_model, resolve_models
+from tvm_ext.select.attrs import SELECTION_ATTR
+from tvm_ext.tir.script_import import import_tensor_intrinsics
+
+log = logging.getLogger("planning_time")
+
+
+class _GeneratorSeconds(logging.Handler):
+    """Sums the seconds :class:`~tvm_ext.select.select_pass.SelectKernels` logs per generator."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.seconds: dict[str, float] = defaultdict(float)
+        self.work: dict[str, float] = defaultdict(float)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        name = getattr(record, "tvm_ext_generator", None)
+        if name is not None:
+            self.seconds[name] += float(getattr(record, "tvm_ext_seconds", 0.0))
+            self.work[name] += float(getattr(record, "tvm_ext_work", 0.0))
+
+
+def bert_stack(layers: int, seq: int = 128, hidden: int = 256, heads: int = 4) -> onnx.ModelProto:
+    """``layers`` BERT layers (no attention mask) chained output to input."""
+    def layer(k: int) -> onnx.ModelProto:
+        return compose.add_prefix(bert_layer(seq=seq, hidden=hidden, heads=heads, intermediate=4 * hidden,
+                                             seed=k, attention_mask=False), f"l{k}_")
+
+    model = layer(0)
+    for k in range(1, layers):
+        model = compose.merge_models(model, layer(k), io_map=[(f"l{k - 1}_output", f"l{k}_hidden_states")])
+    return model
+
+
+def call_nodes(mod: tvm.IRModule) -> int:
+    """Call nodes of ``main`` after legalization (what the generators plan over)."""
+    legal = tvm.relax.transform.LegalizeOps()(mod)
+    return sum(1 for n in OpGraph.from_module(legal).nodes if n.func is not None)
+
+
+def measure(mod: tvm.IRModule, preset: str, target: tvm.target.Target) -> dict:
+    """Seconds per generator and of the whole graph stage, and the budget notes, for one preset."""
+    handler = _GeneratorSeconds()
+    select_log = logging.getLogger("tvm_ext.select.select_pass")
+    select_log.addHandler(handler)
+    old_level = select_log.level
+    select_log.setLevel(logging.INFO)
+    try:
+        start = time.perf_counter()
+        with target:
+            out = tvm.transform.Sequential(preset_passes(preset, target).graph)(mod)
+        total = time.perf_counter() - start
+    finally:
+        select_log.removeHandler(handler)
+        select_log.setLevel(old_level)
+    report = json.loads(str(out.attrs[SELECTION_ATTR])) if out.attrs and SELECTION_ATTR in out.attrs else {}
+    notes = [n for entry in report.values() for n in entry.get("notes", []) if "budget exhausted" in n]
+    return {"generators": dict(handler.seconds), "work_units": dict(handler.work), "graph_stage_s": total,
+            "budget_notes": notes}
+
+
+def _parse(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("models", nargs="*", help="ONNX files or seed-model names (resnet50_b1_fp32)")
+    p.add_argument("--seed-suite", action="store_true", help="every committed seed model")
+    p.add_argument("--presets", default="full", help="comma-separated presets (default: full)")
+    p.add_argument("--target", default="tvm_ext/h100")
+    p.add_argument("--fp16", action="store_true", help="convert the models to float16 at import")
+    p.add_argument("--bert", default="", help="comma-separated BERT stack depths, e.g. 1,2,4,8")
+    p.add_argument("--json", type=Path, help="also write the results here")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parse(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    for h in logging.getLogger().handlers:
+        h.setLevel(logging.WARNING)      # the per-generator INFO records go to our handler only
+    import_tensor_intrinsics()      # a one-time import (5 s), kept out of the first timing
+    target = resolve_target(args.target)
+    paths = resolve_models([]) if args.seed_suite else resolve_models(args.models) if args.models else []
+    inputs: list[tuple[str, object]] = [(p.stem, load_model(p)) for p in paths]
+    inputs += [(f"bert_x{int(d)}", bert_stack(int(d))) for d in args.bert.split(",") if d.strip()]
+    results = []
+    for label, model in inputs:
+        mod = load_module(model, fp16=args.fp16)
+        nodes = call_nodes(mod)
+        for preset in [p.strip() for p in args.presets.split(",") if p.strip()]:
+            got = measure(mod, preset, target)
+            results.append({"model": label, "nodes": nodes, "preset": preset, **got})
+            per = ", ".join(f"{g} {s:.1f} s/{got['work_units'].get(g, 0) / nodes:.1f} u"
+                            for g, s in sorted(got["generators"].items(), key=lambda kv: -kv[1]))
+            print(f"{label:28s} {nodes:5d} nodes  {preset:10s} graph stage {got['graph_stage_s']:7.1f} s  "
+                  f"({per})", flush=True)
+            for note in got["budget_notes"]:
+                print(f"    {note}", flush=True)
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,133 @@
+"""Bounded planning (issue 38): a Swin-style shifted-window block plans under every preset within a
+fixed work budget, and a tiny planning budget stops a generator with a report while the build goes on.
+
+The block (``tvm_ext.models.swin.swin_block``: roll, window partition, attention with relative
+position bias and shift mask, window reverse, roll back, MLP) is what made Swin-T's ``full`` build
+run for more than 15 minutes: every group the tile graph plans sizes a dozen tiles by building a
+TVM schedule each, and the build planned every group again in each graph-stage run (``full``
+prices the graph with and without SOUFFLE's horizontal transform, and re-selection rounds run the
+stage again). The counts below are deterministic; before the fix ``full`` planned 442 groups and
+built 1257 schedules for this block's 57 call nodes, building some schedules three times.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from collections import Counter
+
+import pytest
+import tvm
+import tvm_ffi
+from tvm import relax
+
+from tvm_ext.driver import get_preset, list_presets, load_module
+from tvm_ext.driver.stages import build
+from tvm_ext.graph import OpGraph
+from tvm_ext.inspect import inspect
+from tvm_ext.models.swin import shift_mask, swin_block
+from tvm_ext.select.attrs import SELECTION_ATTR
+from tvm_ext.select.budget import UNLIMITED, BudgetError, PlanningBudget
+from tvm_ext.tilegraph import planning
+
+H100 = "tvm_ext/h100"
+#: A Swin block small enough for a test: an 8x8 token grid, 4x4 windows (16 tokens), shift 2.
+BLOCK = {"size": 8, "window": 4, "shift": 2, "channels": 16, "heads": 2}
+#: The fixed budget, per call node of the block, over a whole build: groups the tile graph plans
+#: and tile schedules it builds (``full`` after the fix: 4.8 and 14.6; before: 7.8 and 22).
+GROUPS_PER_NODE = 6.0
+SCHEDULES_PER_NODE = 18.0
+#: A fixed work budget for every generator (units: nodes of the groups or sets planned; the block
+#: spends about 12 per call node in the tile graph, 36 in orchestrate's convex sets).
+FIXED = PlanningBudget(work_per_node=45.0, min_work=0.0, seconds_per_node=math.inf, min_seconds=math.inf)
+
+
+@pytest.fixture(scope="module")
+def block() -> tvm.IRModule:
+    return load_module(swin_block(**BLOCK), fp16=True)
+
+
+def _call_nodes(mod: tvm.IRModule) -> int:
+    graph = OpGraph.from_module(relax.transform.LegalizeOps()(mod))
+    return sum(1 for n in graph.nodes if n.func is not None)
+
+
+def _notes(mod: tvm.IRModule) -> list[str]:
+    if mod.attrs is None or SELECTION_ATTR not in mod.attrs:
+        return []
+    return [n for entry in json.loads(str(mod.attrs[SELECTION_ATTR])).values() for n in entry.get("notes", [])]
+
+
+class _Counted:
+    """Counts the tile graph's plans and the tile schedules it builds, each schedule by its
+    function's structure and tile (a repeat is a schedule built twice)."""
+
+    def __init__(self, monkeypatch):
+        self.groups = 0
+        self.schedules: Counter = Counter()
+        tile_work, enumerate_tiles = planning.tile_work, planning.enumerate_tiles
+
+        def counted_tile_work(func, tile, inline=(), padded=(), kstep=0):
+            self.schedules[(tvm_ffi.structural_hash(func), tuple(tile), tuple(inline), tuple(padded), kstep)] += 1
+            return tile_work(func, tile, inline, padded, kstep)
+
+        def counted_enumerate(*args, **kwargs):
+            self.groups += 1
+            return enumerate_tiles(*args, **kwargs)
+
+        monkeypatch.setattr(planning, "tile_work", counted_tile_work)
+        monkeypatch.setattr(planning, "enumerate_tiles", counted_enumerate)
+
+
+def test_the_block_is_swins():
+    mask = shift_mask(8, 4, 2)
+    assert mask.shape == (4, 16, 16) and set(mask.ravel()) == {0.0, -100.0}
+    assert not mask[0].any()               # the first window holds one region only
+    ops = Counter(n.op_type for n in swin_block(**BLOCK).graph.node)
+    assert ops["Concat"] == 4 and ops["Slice"] == 8      # two rolls over two axes
+    assert ops["Softmax"] == 1 and ops["MatMul"] == 8 and ops["LayerNormalization"] == 2
+
+
+@pytest.mark.parametrize("preset", [p.name for p in list_presets() if p.implemented])
+def test_a_shifted_window_block_plans_within_a_fixed_budget(block, preset, monkeypatch):
+    nodes = _call_nodes(block)
+    counted = _Counted(monkeypatch)
+    p = dataclasses.replace(get_preset(preset), budget=FIXED)
+    staged = build(block, tvm.target.Target(H100), p, link=False)
+    assert staged.scheduled is not None
+    assert not [n for n in _notes(staged.graph) if "budget exhausted" in n]
+    assert counted.groups <= GROUPS_PER_NODE * nodes
+    assert sum(counted.schedules.values()) <= SCHEDULES_PER_NODE * nodes
+    # each structure is planned once per build, whatever its graph-stage runs and rounds
+    assert [k for k, n in counted.schedules.items() if n > 1] == []
+
+
+@pytest.mark.parametrize("preset, generator", [("tilegraph", "tilegraph"), ("orchestrate", "orchestrate")])
+def test_a_tiny_budget_is_reported_and_the_model_still_builds(block, preset, generator):
+    tiny = PlanningBudget(work_per_node=0.0, min_work=12.0, seconds_per_node=math.inf, min_seconds=math.inf)
+    report = inspect(block, H100, dataclasses.replace(get_preset(preset), budget=tiny))
+    notes = [n for entry in report.selection.values() for n in entry.get("notes", [])]
+    stopped = [n for n in notes if n.startswith(f"{generator}: budget exhausted after ")]
+    assert len(stopped) == 1, notes
+    assert "of 12 work units" in stopped[0]
+    assert report.kernels > 0 and report.modelled_time_s > 0
+    assert stopped[0] in report.to_table()
+
+
+def test_budgets_scale_with_the_graph_and_stop_for_good():
+    budget = PlanningBudget(work_per_node=3.0, min_work=100.0, seconds_per_node=0.5, min_seconds=10.0)
+    assert budget.work_limit(10) == 100.0 and budget.work_limit(1000) == 3000.0
+    assert budget.seconds_limit(4) == 10.0 and budget.seconds_limit(100) == 50.0
+    now = [0.0]
+    meter = budget.meter("tilegraph", nodes=10, clock=lambda: now[0])
+    meter.spend(99)
+    assert not meter.exhausted
+    now[0] = 10.0                       # out of seconds
+    assert meter.exhausted
+    now[0] = 0.0
+    assert meter.exhausted              # sticky: the generator stops at one point
+    assert meter.note(3, 7).startswith("tilegraph: budget exhausted after 3 of 7 groups planned (99 of 100 work units")
+    assert not UNLIMITED.meter("x", 10**6).exhausted
+    for bad in ({"work_per_node": -1.0}, {"min_seconds": float("nan")}):
+        with pytest.raises(BudgetError):
+            PlanningBudget(**bad)
