@@ -47,12 +47,15 @@ class PlanningBudget:
         Wall-clock seconds allowed, likewise; ``inf`` for no limit.
     """
 
-    #: *assumed*: about five times what connecting the seed suite's models spends (BERT, ViT,
-    #: Swin-T, ConvNeXt: 6 to 12 units per node), so only unusual graphs reach it.
+    #: *assumed*: far above what the seed suite spends, so only unusual graphs reach it. Measured
+    #: (``scripts/planning_time.py --seed-suite --fp16``, ``full``, one graph-stage run each):
+    #: the tile graph 0.7-9.4 units per call node (BERT-large s384 to EfficientNet-B0), orchestrate
+    #: 1.1-4.9, subprogram 0.2-0.9; a Swin shifted-window block 12 (tile graph) and 36 (orchestrate).
     work_per_node: float = 60.0
     min_work: float = 2000.0
-    #: *assumed*: a bound on compile time, not a quality knob: about 4x the tile graph's seconds per
-    #: node on the seed suite on a 2-core build machine.
+    #: *assumed*: a bound on compile time, not a quality knob. The slowest seed model's tile graph
+    #: spends 0.65 s per call node over all of ``full``'s graph-stage runs (EfficientNet-B0, 235 s for
+    #: 360 nodes, on this 2-core machine with another job running); a meter covers one run.
     seconds_per_node: float = 1.0
     min_seconds: float = 120.0
 
