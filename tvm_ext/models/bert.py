@@ -35,10 +35,11 @@ def _linear(g: GraphBuilder, x: str, d_in: int, d_out: int, name: str) -> str:
     return g.op("Add", [g.op("MatMul", [x, w], f"{name}_matmul"), b], f"{name}_out")
 
 
-def _layer_norm(g: GraphBuilder, x: str, hidden: int, name: str, out: str | None = None) -> str:
+def _layer_norm(g: GraphBuilder, x: str, hidden: int, name: str, out: str | None = None,
+                eps: float = LAYER_NORM_EPS) -> str:
     gamma = g.noise(f"{name}.weight", (hidden,), scale=0.1, offset=1.0)
     beta = g.noise(f"{name}.bias", (hidden,), scale=0.1)
-    return g.op("LayerNormalization", [x, gamma, beta], out or f"{name}_out", axis=-1, epsilon=LAYER_NORM_EPS)
+    return g.op("LayerNormalization", [x, gamma, beta], out or f"{name}_out", axis=-1, epsilon=eps)
 
 
 def _gelu_erf(g: GraphBuilder, x: str) -> str:

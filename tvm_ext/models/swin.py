@@ -1,7 +1,7 @@
-"""One Swin Transformer block written with ``onnx.helper``, node for node as torch exports Hugging Face's
-``SwinLayer`` (its transformers 4 attention: the bias added, then the shift mask through a
-``[B, nW, heads, N, N]`` view). With the same weights it matches ``SwinLayer`` of transformers 5.24 to
-1e-6 (checked with a bias from its relative position table).
+"""One Swin Transformer block written with ``onnx.helper``, after the graph torch exports from Hugging
+Face's ``SwinLayer`` (its transformers 4 attention: the bias added, then the shift mask through a
+``[B, nW, heads, N, N]`` view). A stand-in of the export's structure for planning tests; its
+numerics are not compared against ``SwinLayer`` here.
 
 Graph (window ``w``, shift ``s``; ``torch.roll`` exports as two ``Slice`` and a ``Concat`` per
 rolled axis)::
@@ -32,15 +32,15 @@ import onnx
 from ..errors import TvmExtError
 from ._onnx_builder import GraphBuilder
 from .bert import _gelu_erf, _linear
+from .bert import _layer_norm as bert_layer_norm
 
 #: Epsilon of both LayerNormalization nodes (``SwinConfig.layer_norm_eps``).
 LAYER_NORM_EPS = 1e-5
 
 
 def _layer_norm(g: GraphBuilder, x: str, channels: int, name: str) -> str:
-    gamma = g.noise(f"{name}.weight", (channels,), scale=0.1, offset=1.0)
-    beta = g.noise(f"{name}.bias", (channels,), scale=0.1)
-    return g.op("LayerNormalization", [x, gamma, beta], f"{name}_out", axis=-1, epsilon=LAYER_NORM_EPS)
+    return bert_layer_norm(g, x, channels, name, eps=LAYER_NORM_EPS)
+
 
 def shift_mask(size: int, window: int, shift: int) -> np.ndarray:
     """HF Swin's attention mask of a shifted block: ``[windows, window**2, window**2]``, 0 where two
