@@ -49,8 +49,8 @@ class PlanningBudget:
 
     #: *assumed*: far above what the seed suite spends, so only unusual graphs reach it. Measured
     #: (``scripts/planning_time.py --seed-suite --fp16``, ``full``, one graph-stage run each):
-    #: the tile graph 0.7-9.4 units per call node (BERT-large s384 to EfficientNet-B0), orchestrate
-    #: 1.1-4.9, subprogram 0.2-0.9; a Swin shifted-window block 12 (tile graph) and 36 (orchestrate).
+    #: the tile graph 0.7-11.3 units per call node (BERT-large s384 to Swin-T), orchestrate
+    #: 1.1-9.6, subprogram 0.2-1.1; a Swin shifted-window block 12 (tile graph) and 36 (orchestrate).
     work_per_node: float = 60.0
     min_work: float = 2000.0
     #: *assumed*: a bound on compile time, not a quality knob. The slowest seed model's tile graph
