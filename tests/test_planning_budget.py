@@ -28,6 +28,7 @@ from tvm_ext.inspect import inspect
 from tvm_ext.models.swin import shift_mask, swin_block
 from tvm_ext.select.attrs import SELECTION_ATTR
 from tvm_ext.select.budget import UNLIMITED, BudgetError, PlanningBudget
+from tvm_ext.select.progress import ProgressEvent, describe, listening
 from tvm_ext.tilegraph import planning
 
 H100 = "tvm_ext/h100"
@@ -105,7 +106,16 @@ def test_a_shifted_window_block_plans_within_a_fixed_budget(block, preset, monke
 @pytest.mark.parametrize("preset, generator", [("tilegraph", "tilegraph"), ("orchestrate", "orchestrate")])
 def test_a_tiny_budget_is_reported_and_the_model_still_builds(block, preset, generator):
     tiny = PlanningBudget(work_per_node=0.0, min_work=12.0, seconds_per_node=math.inf, min_seconds=math.inf)
-    report = inspect(block, H100, dataclasses.replace(get_preset(preset), budget=tiny))
+    events: list[ProgressEvent] = []
+    with listening(events.append):
+        report = inspect(block, H100, dataclasses.replace(get_preset(preset), budget=tiny))
+    # the progress a bar shows: stages in order, the generator at its start and, done, its budget share
+    stages = list(dict.fromkeys(e.stage for e in events))
+    assert stages[0] == "graph" and stages[-2:] == ["lower", "build"] and "schedule" in stages
+    done = [e for e in events if e.generator == generator and e.share is not None]
+    assert done and max(e.share for e in done) >= 1.0
+    assert describe(done[-1]).startswith(f"graph: {generator} on main done, ")
+    assert any(e.generator == generator and e.share is None for e in events)
     notes = [n for entry in report.selection.values() for n in entry.get("notes", [])]
     stopped = [n for n in notes if n.startswith(f"{generator}: budget exhausted after ")]
     assert len(stopped) == 1, notes
@@ -127,7 +137,10 @@ def test_budgets_scale_with_the_graph_and_stop_for_good():
     now[0] = 0.0
     assert meter.exhausted              # sticky: the generator stops at one point
     assert meter.note(3, 7).startswith("tilegraph: budget exhausted after 3 of 7 groups planned (99 of 100 work units")
-    assert not UNLIMITED.meter("x", 10**6).exhausted
+    assert meter.share == 0.99               # the work: 99 of 100 units, no seconds spent
+    now[0] = 10.0
+    assert meter.share == 1.0                # the seconds, now the larger of the two shares
+    assert not UNLIMITED.meter("x", 10**6).exhausted and UNLIMITED.meter("x", 1).share == 0.0
     for bad in ({"work_per_node": -1.0}, {"min_seconds": float("nan")}):
         with pytest.raises(BudgetError):
             PlanningBudget(**bad)

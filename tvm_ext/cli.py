@@ -117,6 +117,10 @@ class _Progress:
                          bar_format="{desc} [{n_fmt}/{total_fmt}] {elapsed}")
         self._started = False
 
+    def describe(self, text: str) -> None:
+        """Show ``text`` as what the current step is doing."""
+        self._bar.set_description_str(text)
+
     def step(self, name: str) -> None:
         if self._started:
             self._bar.update(1)
@@ -130,9 +134,14 @@ class _Progress:
 
 
 def _with_progress(steps: Sequence[str], quiet: bool, body: Callable[[Callable[[str], None]], Any]) -> Any:
+    """Run ``body(step)`` under the bar; the build's own events (stage, generator, budget share:
+    :mod:`tvm_ext.select.progress`) show as the step's description."""
+    from .select.progress import describe, listening
+
     bar = _Progress(steps, not quiet)
     try:
-        return body(bar.step)
+        with listening(lambda event: bar.describe(describe(event))):
+            return body(bar.step)
     finally:
         bar.close()
 

@@ -52,6 +52,7 @@ from ..hardware import device_from_target, is_gpu_target, planning_target, resol
 from ..select.fuse import FuseTIRKeepPlans
 from ..select.generator import get_generator
 from ..select.origin import RecordOrigin
+from ..select.progress import ProgressEvent, emit
 from ..select.select_pass import SelectKernels
 from ..select.selector import PrioritySelector
 from ..subprogram import HorizontalMatmul
@@ -290,10 +291,13 @@ def build(mod: tvm.IRModule, target: tvm.target.Target, preset: str | Preset = "
     with cuda_graph_context((cuda_graph or p.cuda_graph) and target.kind.name == "cuda"), target:
         for round_ in range(MAX_RESELECTIONS + 2):
             stages = preset_passes(p, target, excluded, shared=shared)
+            round_name = f" (round {round_ + 1})" if round_ else ""
+            emit(ProgressEvent("graph" + round_name))
             start = time.perf_counter()
             fused_ops = _run(stages.fuse, mod, f"tvm_ext.{p.name}.graph.fuse")
             graph = _run(stages.fuse_tir, fused_ops, f"tvm_ext.{p.name}.graph.fuse_tir")
             seconds["graph"] += time.perf_counter() - start
+            emit(ProgressEvent("schedule" + round_name))
             start = time.perf_counter()
             scheduled = _run(stages.schedule, graph, f"tvm_ext.{p.name}.schedule")
             seconds["schedule"] += time.perf_counter() - start
@@ -320,9 +324,11 @@ def build(mod: tvm.IRModule, target: tvm.target.Target, preset: str | Preset = "
         if not link:
             return StagedBuild(preset=p, target=target, source=mod, fused_ops=fused_ops, graph=graph,
                                scheduled=scheduled, lowered=scheduled, executable=None, stage_seconds=seconds)
+        emit(ProgressEvent("lower"))
         start = time.perf_counter()
         lowered = _run(stages.lower, scheduled, f"tvm_ext.{p.name}.lower")
         seconds["lower"] = time.perf_counter() - start
+        emit(ProgressEvent("build"))
         start = time.perf_counter()
         tir_pipeline = p.tir_pipeline if is_gpu_target(target) else "default"
         executable = tvm.compile(snapshot(lowered), target, relax_pipeline=None, tir_pipeline=tir_pipeline)

@@ -116,6 +116,12 @@ class BudgetMeter:
         self.work += units
 
     @property
+    def share(self) -> float:
+        """The larger of the work and the seconds spent over their limits (0 where unlimited)."""
+        return max(self.work / self.work_limit if math.isfinite(self.work_limit) else 0.0,
+                   self.seconds / self.seconds_limit if math.isfinite(self.seconds_limit) else 0.0)
+
+    @property
     def exhausted(self) -> bool:
         """Whether the work or the seconds are spent; once true it stays true (the generator
         stops at a consistent point, not at every check the clock happens to pass)."""

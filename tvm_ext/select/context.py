@@ -135,10 +135,11 @@ class SelectionContext:
             self._meters[generator] = self.budget.meter(generator, len(self.call_nodes()))
         return self._meters[generator]
 
-    def spent(self, generator: str) -> float:
-        """Work units ``generator`` has charged to its planning budget on this function (0 if none)."""
+    def spent(self, generator: str) -> tuple[float, float]:
+        """Work units ``generator`` has charged to its planning budget on this function, and the
+        share of the budget that is (:attr:`BudgetMeter.share`); (0, 0) if it never metered."""
         meter = self._meters.get(generator)
-        return meter.work if meter is not None else 0.0
+        return (meter.work, meter.share) if meter is not None else (0.0, 0.0)
 
     def _hash(self, func_name: str) -> int:
         if func_name not in self._func_hash:

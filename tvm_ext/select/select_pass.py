@@ -44,6 +44,7 @@ from .emission import emit_selection
 from .emit import call_bindings
 from .generator import Generator, get_generator
 from .origin import origin_functions, without_origin
+from .progress import ProgressEvent, emit
 from .recompute import recomputing_candidates
 from .selector import Selector
 
@@ -129,6 +130,7 @@ class SelectKernels:
             planning: dict[str, float] = {}
             work: dict[str, float] = {}
             for gen_name, propose in proposers:
+                emit(ProgressEvent("graph", gen_name, name))
                 begun = time.perf_counter()
                 for cand in propose(sel_ctx):
                     if cand.key and cand.key in self.excluded:
@@ -137,7 +139,8 @@ class SelectKernels:
                         candidates.append(cand)
                 sel_ctx.proposed = list(candidates)
                 planning[gen_name] = round(time.perf_counter() - begun, 3)
-                work[gen_name] = sel_ctx.spent(gen_name)
+                work[gen_name], share = sel_ctx.spent(gen_name)
+                emit(ProgressEvent("graph", gen_name, name, share))
                 logger.info("%s: %s proposed in %.1f s (%.0f work units)", name, gen_name, planning[gen_name],
                             work[gen_name], extra={"tvm_ext_generator": gen_name,
                                                    "tvm_ext_seconds": planning[gen_name],
