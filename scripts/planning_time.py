@@ -33,24 +33,8 @@ from tvm_ext.hardware import resolve_target
 from tvm_ext.models.bert import bert_layer
 from tvm_ext.models.skeleton import load_model, resolve_models
 from tvm_ext.select.attrs import SELECTION_ATTR
+from tvm_ext.select.progress import ProgressEvent, listening
 from tvm_ext.tir.script_import import import_tensor_intrinsics
-
-log = logging.getLogger("planning_time")
-
-
-class _GeneratorSeconds(logging.Handler):
-    """Sums the seconds :class:`~tvm_ext.select.select_pass.SelectKernels` logs per generator."""
-
-    def __init__(self) -> None:
-        super().__init__(logging.INFO)
-        self.seconds: dict[str, float] = defaultdict(float)
-        self.work: dict[str, float] = defaultdict(float)
-
-    def emit(self, record: logging.LogRecord) -> None:
-        name = getattr(record, "tvm_ext_generator", None)
-        if name is not None:
-            self.seconds[name] += float(getattr(record, "tvm_ext_seconds", 0.0))
-            self.work[name] += float(getattr(record, "tvm_ext_work", 0.0))
 
 
 def bert_stack(layers: int, seq: int = 128, hidden: int = 256, heads: int = 4) -> onnx.ModelProto:
@@ -73,22 +57,21 @@ def call_nodes(mod: tvm.IRModule) -> int:
 
 def measure(mod: tvm.IRModule, preset: str, target: tvm.target.Target) -> dict:
     """Seconds per generator and of the whole graph stage, and the budget notes, for one preset."""
-    handler = _GeneratorSeconds()
-    select_log = logging.getLogger("tvm_ext.select.select_pass")
-    select_log.addHandler(handler)
-    old_level = select_log.level
-    select_log.setLevel(logging.INFO)
-    try:
-        start = time.perf_counter()
-        with target:
-            out = tvm.transform.Sequential(preset_passes(preset, target).graph)(mod)
-        total = time.perf_counter() - start
-    finally:
-        select_log.removeHandler(handler)
-        select_log.setLevel(old_level)
+    seconds: dict[str, float] = defaultdict(float)
+    work: dict[str, float] = defaultdict(float)
+
+    def add(event: ProgressEvent) -> None:
+        if event.generator is not None and event.share is not None:     # a generator done
+            seconds[event.generator] += event.seconds
+            work[event.generator] += event.work
+
+    start = time.perf_counter()
+    with listening(add), target:
+        out = tvm.transform.Sequential(preset_passes(preset, target).graph)(mod)
+    total = time.perf_counter() - start
     report = json.loads(str(out.attrs[SELECTION_ATTR])) if out.attrs and SELECTION_ATTR in out.attrs else {}
     notes = [n for entry in report.values() for n in entry.get("notes", []) if "budget exhausted" in n]
-    return {"generators": dict(handler.seconds), "work_units": dict(handler.work), "graph_stage_s": total,
+    return {"generators": dict(seconds), "work_units": dict(work), "graph_stage_s": total,
             "budget_notes": notes}
 
 
@@ -107,8 +90,6 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = _parse(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    for h in logging.getLogger().handlers:
-        h.setLevel(logging.WARNING)      # the per-generator INFO records go to our handler only
     import_tensor_intrinsics()      # a one-time import (5 s), kept out of the first timing
     target = resolve_target(args.target)
     paths = resolve_models([]) if args.seed_suite else resolve_models(args.models) if args.models else []

@@ -40,12 +40,16 @@ class ProgressEvent:
     share : float or None
         When the generator is done: the larger of the work and the seconds it spent over its
         budget's (0 for an unlimited budget); None at its start.
+    seconds, work : float
+        When the generator is done: the seconds it took to propose and the work units it charged.
     """
 
     stage: str
     generator: str | None = None
     function: str | None = None
     share: float | None = None
+    seconds: float = 0.0
+    work: float = 0.0
 
 
 def describe(event: ProgressEvent) -> str:

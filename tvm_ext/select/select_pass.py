@@ -7,8 +7,8 @@ builds the OpGraph, asks each generator for candidates, lets the selector choose
 chosen candidates (:func:`~tvm_ext.select.emission.emit_selection`). What happened is recorded
 in the module attribute :data:`~tvm_ext.select.attrs.SELECTION_ATTR` (JSON per function:
 candidates proposed per generator, kernels chosen per generator, uncovered nodes, dropped
-candidates with reasons, seconds each generator took to propose, also logged at INFO with the
-record attributes ``tvm_ext_generator`` and ``tvm_ext_seconds``).
+candidates with reasons, seconds and budget work units each generator took to propose, also
+emitted as :class:`~tvm_ext.select.progress.ProgressEvent`).
 
 Candidates whose key is in ``excluded`` (kernels that failed to schedule in an earlier build
 round, see :func:`tvm_ext.driver.stages.build`) are not offered to the selector; they are listed
@@ -140,11 +140,7 @@ class SelectKernels:
                 sel_ctx.proposed = list(candidates)
                 planning[gen_name] = round(time.perf_counter() - begun, 3)
                 work[gen_name], share = sel_ctx.spent(gen_name)
-                emit(ProgressEvent("graph", gen_name, name, share))
-                logger.info("%s: %s proposed in %.1f s (%.0f work units)", name, gen_name, planning[gen_name],
-                            work[gen_name], extra={"tvm_ext_generator": gen_name,
-                                                   "tvm_ext_seconds": planning[gen_name],
-                                                   "tvm_ext_work": work[gen_name]})
+                emit(ProgressEvent("graph", gen_name, name, share, planning[gen_name], work[gen_name]))
             selection = self.selector.select(sel_ctx, candidates, self.cost)
             mod = emit_selection(sel_ctx, selection.chosen)
             report[name] = {

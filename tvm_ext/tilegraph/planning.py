@@ -256,7 +256,6 @@ def _best_buildable(ranked: list[TileCandidate], works: _TileWorks, shared_limit
     ranked ones to weigh less halo against Welder's score). Tiles that cannot beat the best so far
     are skipped (:func:`_cannot_beat`)."""
     refused = "no output tile fits shared memory"
-    buildable: list[_Buildable] = []
     best: _Buildable | None = None
     for rank, cand in enumerate(ranked):
         if best is not None and _cannot_beat(best, cand):
@@ -283,12 +282,13 @@ def _best_buildable(ranked: list[TileCandidate], works: _TileWorks, shared_limit
             if not problem and recompute_free and _overlap(option) > 1.0:
                 problem = f"it recomputes {_overlap(option)}x (a halo)"
             if not problem:
-                buildable.append(_Buildable(rank, cand, option, pads, kstep))
-                best = min(buildable, key=_Buildable.key)
+                found = _Buildable(rank, cand, option, pads, kstep)
+                if best is None or found.key() < best.key():
+                    best = found
                 break
         if problem:
             refused = f"tile {cand.output_tile}: {problem}"
-        elif buildable[-1].ideal:
+        elif found.ideal:
             break
     return best if best is not None else refused
 
