@@ -28,6 +28,7 @@ REGISTRY: dict[str, ModelSpec] = {s.name: s for s in [
     _spec("mobilenet_v2", "transformers", tfm.mobilenet_v2),
     _spec("efficientnet_b0", "transformers", tfm.efficientnet_b0),
     _spec("segformer_b0", "transformers", tfm.segformer_b0),
+    _spec("detr_r50", "transformers", tfm.detr_r50),
     _spec("resnext50", "cnn", cnn.resnext50),
     _spec("yolov5s", "cnn", cnn.yolov5s),
     _spec("nafnet", "cnn", cnn.nafnet),

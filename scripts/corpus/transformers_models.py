@@ -117,6 +117,17 @@ def efficientnet_b0(v: Variant) -> Built:
     return _image(_init(model, gain=2 ** 0.5), v, 224)
 
 
+def detr_r50(v: Variant) -> Built:
+    """DETR with a ResNet-50 backbone (transformers' own ResNet, not timm) at 512x512: 6 encoder
+    and 6 decoder layers, d_model 256, 100 queries, 91 classes; outputs logits and boxes."""
+    backbone = hf.ResNetConfig(out_features=["stage4"])
+    cfg = hf.DetrConfig(backbone_config=backbone, num_labels=91, **_EAGER)
+    model = _init(hf.DetrForObjectDetection(cfg))
+    pixels = seeded_randn(v.batch, 3, 512, 512)
+    fields = ["logits", "pred_boxes"]
+    return Built(OutputSelect(model, ["pixel_values"], fields), {"pixel_values": pixels}, fields)
+
+
 def segformer_b0(v: Variant) -> Built:
     """Segformer-B0 (MiT-B0 encoder + all-MLP decoder, 150 ADE20k classes) at 512x512;
     logits come out at 1/4 resolution, [batch, 150, 128, 128]."""
