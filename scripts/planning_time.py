@@ -5,14 +5,16 @@ re-selection rounds) and prints, per model and preset, the call nodes, the secon
 took to propose and the work units it charged to its planning budget per call node (summed over
 the stage's runs: a preset with the horizontal transform runs it on both graphs), the whole stage,
 and any planning-budget note. ``--bert`` adds stacks of BERT
-layers (``tvm_ext.models.bert.bert_layer``, chained) to see how the time grows with depth: with
-identical layers planned once, it should grow far slower than the layer count.
+layers (``tvm_ext.models.bert.bert_layer``, chained) and ``--swin`` stacks of Swin blocks
+(``tvm_ext.models.swin.swin_block``, shifted and unshifted alternating) to see how the time grows
+with depth: with identical layers planned once, it should grow far slower than the layer count.
 
 Usage::
 
     python3 scripts/planning_time.py MODEL.onnx [MODEL.onnx ...] [--presets full,tilegraph] [--fp16]
     python3 scripts/planning_time.py --seed-suite --fp16 --json planning.json
     python3 scripts/planning_time.py --bert 1,2,4,8 --presets tilegraph --fp16
+    python3 scripts/planning_time.py --swin 1,2,4,8 --presets full --fp16
 """
 from __future__ import annotations
 
@@ -32,6 +34,7 @@ from tvm_ext.graph import OpGraph
 from tvm_ext.hardware import resolve_target
 from tvm_ext.models.bert import bert_layer
 from tvm_ext.models.skeleton import load_model, resolve_models
+from tvm_ext.models.swin import swin_block
 from tvm_ext.select.attrs import SELECTION_ATTR
 from tvm_ext.select.progress import ProgressEvent, listening
 from tvm_ext.tir.script_import import import_tensor_intrinsics
@@ -46,6 +49,20 @@ def bert_stack(layers: int, seq: int = 128, hidden: int = 256, heads: int = 4) -
     model = layer(0)
     for k in range(1, layers):
         model = compose.merge_models(model, layer(k), io_map=[(f"l{k - 1}_output", f"l{k}_hidden_states")])
+    return model
+
+
+def swin_stack(blocks: int, size: int = 14, window: int = 7, channels: int = 96, heads: int = 3) -> onnx.ModelProto:
+    """``blocks`` Swin blocks of one stage (``tvm_ext.models.swin.swin_block``) chained output to
+    input, shifted and unshifted windows alternating as in Swin-T's third stage (14x14 tokens,
+    window 7)."""
+    def block(k: int) -> onnx.ModelProto:
+        return compose.add_prefix(swin_block(size=size, window=window, shift=window // 2 if k % 2 else 0,
+                                             channels=channels, heads=heads, seed=k), f"b{k}_")
+
+    model = block(0)
+    for k in range(1, blocks):
+        model = compose.merge_models(model, block(k), io_map=[(f"b{k - 1}_output", f"b{k}_hidden_states")])
     return model
 
 
@@ -83,6 +100,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--target", default="tvm_ext/h100")
     p.add_argument("--fp16", action="store_true", help="convert the models to float16 at import")
     p.add_argument("--bert", default="", help="comma-separated BERT stack depths, e.g. 1,2,4,8")
+    p.add_argument("--swin", default="", help="comma-separated Swin stack depths (blocks), e.g. 1,2,4,8")
     p.add_argument("--json", type=Path, help="also write the results here")
     return p.parse_args(argv)
 
@@ -95,6 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     paths = resolve_models([]) if args.seed_suite else resolve_models(args.models) if args.models else []
     inputs: list[tuple[str, object]] = [(p.stem, load_model(p)) for p in paths]
     inputs += [(f"bert_x{int(d)}", bert_stack(int(d))) for d in args.bert.split(",") if d.strip()]
+    inputs += [(f"swin_x{int(d)}", swin_stack(int(d))) for d in args.swin.split(",") if d.strip()]
     results = []
     for label, model in inputs:
         mod = load_module(model, fp16=args.fp16)
