@@ -66,17 +66,18 @@ class _Counted:
     def __init__(self, monkeypatch):
         self.groups = 0
         self.schedules: Counter = Counter()
-        tile_work, enumerate_tiles = planning.tile_work, planning.enumerate_tiles
+        enumerate_tiles, schedules = planning.enumerate_tiles, self.schedules
 
-        def counted_tile_work(func, tile, inline=(), padded=(), kstep=0):
-            self.schedules[(tvm_ffi.structural_hash(func), tuple(tile), tuple(inline), tuple(padded), kstep)] += 1
-            return tile_work(func, tile, inline, padded, kstep)
+        class CountedWork(planning.TileWork):
+            def __call__(self, tile, padded=(), kstep=0):
+                schedules[(tvm_ffi.structural_hash(self.func), tuple(tile), self.inline, tuple(padded), kstep)] += 1
+                return super().__call__(tile, padded, kstep)
 
         def counted_enumerate(*args, **kwargs):
             self.groups += 1
             return enumerate_tiles(*args, **kwargs)
 
-        monkeypatch.setattr(planning, "tile_work", counted_tile_work)
+        monkeypatch.setattr(planning, "TileWork", CountedWork)
         monkeypatch.setattr(planning, "enumerate_tiles", counted_enumerate)
 
 

@@ -26,7 +26,7 @@ from tvm_ext.select.context import fuse_nodes
 from tvm_ext.testing.oracle import run_cpu
 from tvm_ext.checks.thread_serial import compare_scheduled
 from tvm_ext.tilegraph import (ConnectLevel, TilePlan, TileScheduleError, build_tile_schedule, connect_graph,
-                               gcd_threads, plan_group, tile_work)
+                               TileWork, gcd_threads, plan_group, tile_work)
 from tvm_ext.tilegraph.planning import edge_level
 from tvm_ext.tilegraph.schedule import CUT_TILE
 from tvm_ext.toolchain import compile_cuda_source, nvcc_available
@@ -198,6 +198,21 @@ def test_connected_kernels_compute_what_the_graph_computes(make, tile):
     assert check.ok, check
     check = compare_scheduled(func, build_tile_schedule(func, plan))    # the planner's own tile
     assert check.ok, check
+
+
+def test_tile_work_from_a_copied_prefix_is_the_work_built_afresh():
+    """TileWork builds a function's inlined, padded and staged prefix once and copies it per tile:
+    each tile's work is what building its schedule from the function gives, in any order."""
+    ctx = _context(attention(heads=2, seq=50, dim=32, dtype="float16"))
+    members = tuple(ctx.call_nodes())
+    func = ctx.fused_function(members)
+    inline = plan_group(ctx, members).inline
+    works = TileWork(func, inline)
+    both = ("matmul", "matmul1")
+    for tile, padded in [((1, 1, 16, 32), ()), ((1, 1, 32, 32), both), ((1, 2, 16, 32), ()), ((1, 1, 16, 32), both)]:
+        assert works(tile, padded) == tile_work(func, tile, inline, padded)
+    assert sum(w.tensor_core for w in works((1, 1, 16, 32), both)) == 2        # padded: both on tensor cores
+    assert set(works._staged) == {(), both}
 
 
 def test_tiles_that_do_not_divide_the_output_cut_the_border_tiles():

@@ -45,3 +45,14 @@ def test_its_primitives_skip_the_python_type_check():
     with pytest.raises(TypeError, match="Mismatched type on argument") as raised:   # the FFI's own check
         unchecked.get_sblock(3)
     assert 'In "Schedule.get_sblock"' not in str(raised.value)
+
+
+def test_a_copy_is_unchecked_and_leaves_the_original_alone():
+    sch = UncheckedSchedule(scale_then_add)
+    sch.compute_inline(sch.get_sblock("scale"))
+    before = sch.mod["main"]
+    copy = sch.copy()
+    assert type(copy) is UncheckedSchedule
+    copy.split(copy.get_loops(copy.get_sblock("add"))[0], [None, 16])
+    tvm.ir.assert_structural_equal(sch.mod["main"], before)       # the original is not split
+    assert len(copy.get_loops(copy.get_sblock("add"))) == 3

@@ -43,7 +43,7 @@ from ..select.emit import EmitError
 from .enumerate import MMA_FRAGMENT as FRAGMENT, TileCandidate, enumerate_tiles
 from .padding import paddable, padding_flops
 from .plans import TilePlan
-from .schedule import WARP, BlockWork, TileScheduleError, gcd_threads, tile_work
+from .schedule import WARP, BlockWork, TileScheduleError, TileWork, gcd_threads
 from .tensor_core import Misaligned, stepped_reduction
 from .tile_graph import ConnectLevel, TileGraph
 
@@ -217,20 +217,21 @@ class _Buildable(NamedTuple):
 
 
 class _TileWorks:
-    """:func:`~tvm_ext.tilegraph.schedule.tile_work` of one fused function, each (tile, padded
-    contractions, reduction step) built once per build: a schedule per call (tens of
-    milliseconds); the ranked and whole-reduction lists of a group share their tiles, and groups
-    of other signatures fuse into the same function (keyed by its structural hash)."""
+    """:class:`~tvm_ext.tilegraph.schedule.TileWork` of one fused function, each (tile, padded
+    contractions, reduction step) built once per build: a schedule per call (milliseconds);
+    the ranked and whole-reduction lists of a group share their tiles, and groups of other
+    signatures fuse into the same function (keyed by its structural hash)."""
 
     def __init__(self, ctx: SelectionContext, func, inline: tuple[str, ...]):
         self.ctx, self.func, self.inline = ctx, func, inline
         self._key = ("tile_work", tvm_ffi.structural_hash(func), tuple(inline))
+        self._work = TileWork(func, inline)
 
     def __call__(self, tile: tuple[int, ...], padded: tuple[str, ...] = (), kstep: int = 0) -> list[BlockWork]:
         """The blocks' work of ``tile`` (raises :class:`TileScheduleError` as ``tile_work`` does)."""
         def build() -> list[BlockWork] | str:
             try:
-                return tile_work(self.func, tile, self.inline, padded, kstep)
+                return self._work(tile, padded, kstep)
             except TileScheduleError as err:
                 return str(err)
 

@@ -236,16 +236,29 @@ def _tile_loop(sch, block, tile: tuple[int, ...]) -> tuple[object, list[int]]:
     return (sch.fuse(*outer) if len(outer) > 1 else outer[0]), extents
 
 
-def _tiled(func: tirx.PrimFunc, plan: TilePlan) -> _Tiled:
-    """The kernel's schedule up to thread binding (see the module docstring)."""
-    writers = _output_writers(func, plan.inline)
+class _Staged(NamedTuple):
+    """A function after inlining, fragment padding and output staging: what every tile of it starts
+    from (:func:`_staged`)."""
+
+    sch: tvm.s_tir.Schedule
+    writers: list[str]            # blocks writing an output, the tiled output block last
+    copies: list[str]             # the copy blocks storing the staged outputs
+    names: list[str]              # blocks in program order, the copies and the tiled output block last
+    totals: dict[str, tuple[int, int]]
+    staging: frozenset[str]
+
+
+def _staged(func: tirx.PrimFunc, inline: tuple[str, ...], padded: tuple[str, ...], shared_scope: str) -> _Staged:
+    """Inline ``inline``, pad ``padded`` to whole fragments and stage every output but the last
+    (see the module docstring): the part of a tile kernel's schedule that does not depend on the tile."""
+    writers = _output_writers(func, inline)
     sch = UncheckedSchedule(func)          # built per tile weighed: the Python type check is a fifth of it
-    for name in plan.inline:
+    for name in inline:
         sch.compute_inline(sch.get_sblock(name))
     params = list(func.params)
     added: list[str] = []
     try:
-        for name in plan.padded:
+        for name in padded:
             added += pad_to_fragments(sch, name, params)
     except PaddingError as err:
         raise TileScheduleError(str(err)) from None
@@ -253,10 +266,21 @@ def _tiled(func: tirx.PrimFunc, plan: TilePlan) -> _Tiled:
         writers = _output_writers(sch.mod["main"], ())
     staging = frozenset(n for n in added if all(any(r.source.same_as(p) for p in params)
                                                 for r in sch.get(sch.get_sblock(n)).reads))
-    copies = _stage_outputs(sch, writers[:-1], plan.shared_scope)
+    copies = _stage_outputs(sch, writers[:-1], shared_scope)
     staged = sch.mod["main"]
     anchor = writers[-1]                  # the copies follow it in program order
     names = [n for n in _program_order(staged) if n not in copies and n != anchor] + [*copies, anchor]
+    return _Staged(sch, writers, copies, names, _totals(staged), staging)
+
+
+def _tiled(func: tirx.PrimFunc, plan: TilePlan, staged: _Staged | None = None) -> _Tiled:
+    """The kernel's schedule up to thread binding (see the module docstring), from ``staged``
+    (:func:`_staged` of ``func`` and the plan's inlined and padded blocks, left unchanged) if given."""
+    if staged is None:
+        staged = _staged(func, plan.inline, plan.padded, plan.shared_scope)
+    sch = staged.sch.copy()
+    writers, copies, names = staged.writers, staged.copies, staged.names
+    anchor = writers[-1]
     bx, extents = _tile_loop(sch, sch.get_sblock(anchor), plan.output_tile)
     for copy in copies:
         loop, copy_extents = _tile_loop(sch, sch.get_sblock(copy), plan.output_tile)
@@ -273,8 +297,8 @@ def _tiled(func: tirx.PrimFunc, plan: TilePlan) -> _Tiled:
             sch.set_scope(block, 0, plan.shared_scope)
         sch.compute_at(block, bx)
     cut = any(extent % size for size, extent in zip(plan.output_tile, extents))
-    return _Tiled(sch, bx, names, (*copies, names[-1]), _totals(staged), num_tiles(extents, plan.output_tile), cut,
-                  staging)
+    return _Tiled(sch, bx, names, (*copies, names[-1]), staged.totals, num_tiles(extents, plan.output_tile), cut,
+                  staged.staging)
 
 
 def _below(sch, block, anchor) -> list:
@@ -298,33 +322,71 @@ def _totals(func: tirx.PrimFunc) -> dict[str, tuple[int, int]]:
     return out
 
 
+class TileWork:
+    """:func:`tile_work` of one function and inlined blocks, tile after tile: the part of the
+    schedule that does not depend on the tile (inlining, fragment padding, output staging) is built
+    once per padding and copied for each tile (a copy takes microseconds, rebuilding it milliseconds).
+
+    Example
+    -------
+    >>> works = TileWork(func, ("T_softmax_exp",))
+    >>> [w.outputs for w in works((8, 64))] == [w.outputs for w in tile_work(func, (8, 64), ("T_softmax_exp",))]
+    True
+    """
+
+    def __init__(self, func: tirx.PrimFunc, inline: tuple[str, ...] = ()):
+        self.func, self.inline = func, tuple(inline)
+        self._staged: dict[tuple[str, ...], _Staged | str] = {}
+
+    def _prefix(self, padded: tuple[str, ...]) -> _Staged:
+        if padded not in self._staged:
+            try:
+                # the shared scope (static or dynamic) changes no block's work
+                self._staged[padded] = _staged(self.func, self.inline, padded, "shared")
+            except TileScheduleError as err:
+                self._staged[padded] = str(err)
+            except TVM_ERRORS as err:
+                self._staged[padded] = f"cannot tile: {str(err).strip().splitlines()[0][:300]}"
+        found = self._staged[padded]
+        if isinstance(found, str):
+            raise TileScheduleError(found)
+        return found
+
+    def __call__(self, output_tile: tuple[int, ...], padded: tuple[str, ...] = (), kstep: int = 0) -> list[BlockWork]:
+        """See :func:`tile_work`."""
+        padded = tuple(padded)
+        staged = self._prefix(padded)
+        try:
+            t = _tiled(self.func, TilePlan(tuple(output_tile), WARP, self.inline, padded=padded), staged)
+            out = []
+            for name in t.names:
+                block = t.sch.get_sblock(name)
+                spatial, reduce = _under_tile(t.sch, block, t.bx)
+                contraction = is_contraction(t.sch.get(block))
+                red = is_reduction(t.sch.get(block)) and not contraction
+                fit = _fit(t.sch, block, spatial, reduce, t.cut, kstep) if contraction else None
+                out.append(BlockWork(name, math.prod(_extent(t.sch, lp) for lp in spatial), red, *t.totals[name],
+                                     stores=name in t.stores, wmma=fit, tiles=t.tiles, staging=name in t.staging,
+                                     row=math.prod(_extent(t.sch, lp) for lp in reduce) if red else 1))
+        except TVM_ERRORS as err:
+            raise TileScheduleError(f"cannot tile: {str(err).strip().splitlines()[0][:300]}") from None
+        return out
+
+
 def tile_work(func: tirx.PrimFunc, output_tile: tuple[int, ...], inline: tuple[str, ...] = (),
               padded: tuple[str, ...] = (), kstep: int = 0) -> list[BlockWork]:
     """Per-tile work of every block of the kernel ``output_tile`` makes of ``func`` (the tiled
     output block last), its ``padded`` contractions padded to whole fragments
     (:mod:`~tvm_ext.tilegraph.padding`), its tensor-core stages staging operands ``kstep``
     reduction rows at a time where that applies (:func:`~tvm_ext.tilegraph.tensor_core.stepped_reduction`).
+    Weighing many tiles of one function: :class:`TileWork`.
 
     Raises
     ------
     TileScheduleError
         The function's last block writes no output, or the tile does not fit its outputs.
     """
-    try:
-        t = _tiled(func, TilePlan(tuple(output_tile), WARP, tuple(inline), padded=tuple(padded)))
-        out = []
-        for name in t.names:
-            block = t.sch.get_sblock(name)
-            spatial, reduce = _under_tile(t.sch, block, t.bx)
-            contraction = is_contraction(t.sch.get(block))
-            red = is_reduction(t.sch.get(block)) and not contraction
-            fit = _fit(t.sch, block, spatial, reduce, t.cut, kstep) if contraction else None
-            out.append(BlockWork(name, math.prod(_extent(t.sch, lp) for lp in spatial), red, *t.totals[name],
-                                 stores=name in t.stores, wmma=fit, tiles=t.tiles, staging=name in t.staging,
-                                 row=math.prod(_extent(t.sch, lp) for lp in reduce) if red else 1))
-    except TVM_ERRORS as err:
-        raise TileScheduleError(f"cannot tile: {str(err).strip().splitlines()[0][:300]}") from None
-    return out
+    return TileWork(func, inline)(output_tile, padded, kstep)
 
 
 def gcd_threads(work: list[BlockWork]) -> int:
@@ -436,5 +498,5 @@ def build_tile_schedule(func: tirx.PrimFunc, plan: TilePlan, *, tensorize: bool 
     return sch.mod["main"].with_attr("tirx.is_scheduled", True)
 
 
-__all__ = ["WARP", "THREAD_CHOICES", "BlockWork", "TileScheduleError", "build_tile_schedule", "gcd_threads",
-           "tile_work"]
+__all__ = ["WARP", "THREAD_CHOICES", "BlockWork", "TileScheduleError", "TileWork", "build_tile_schedule",
+           "gcd_threads", "tile_work"]
