@@ -7,6 +7,7 @@ while the techniques must treat a contraction very differently from a row reduct
 from __future__ import annotations
 
 import enum
+import functools
 from functools import reduce as _fold
 from operator import mul
 
@@ -50,7 +51,13 @@ _ARITH_NODES = (
 
 
 def sblocks(func: tirx.PrimFunc) -> list[tuple[SBlock, list[tirx.For]]]:
-    """All non-root blocks of ``func`` with their enclosing loops, in program order."""
+    """All non-root blocks of ``func`` with their enclosing loops, in program order (remembered
+    for the functions seen last: planning asks for the same functions' blocks again and again)."""
+    return list(_sblocks(func))
+
+
+@functools.lru_cache(maxsize=4096)
+def _sblocks(func: tirx.PrimFunc) -> tuple[tuple[SBlock, list[tirx.For]], ...]:
     found: list[tuple[SBlock, list[tirx.For]]] = []
 
     def visit(node, loops: list[tirx.For]) -> None:
@@ -74,7 +81,7 @@ def sblocks(func: tirx.PrimFunc) -> list[tuple[SBlock, list[tirx.For]]]:
                 visit(node.else_case, loops)
 
     visit(func.body, [])
-    return found
+    return tuple(found)
 
 
 def _extent(loop: tirx.For) -> int:

@@ -16,6 +16,7 @@ Example
 from __future__ import annotations
 
 import enum
+import functools
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Iterable
@@ -271,6 +272,11 @@ def element_bytes(dtype: str) -> int:
     >>> element_bytes("float16")
     2
     """
+    return _element_bytes(str(dtype))
+
+
+@functools.cache
+def _element_bytes(dtype: str) -> int:
     t = tvm.runtime.DataType(dtype)
     return max(1, (t.bits * max(1, t.lanes) + 7) // 8)
 
@@ -287,6 +293,7 @@ class OpGraph:
                                 for n in self.nodes)
         self._position: dict[int, int] | None = None
         self._order: tuple[int, ...] | None = None
+        self._boundaries: dict[frozenset[int], tuple[tuple[str, ...], tuple[str, ...]]] = {}
 
     @classmethod
     def from_module(cls, mod: tvm.IRModule, func_name: str = "main",
@@ -407,14 +414,18 @@ class OpGraph:
                 + sum(self.tensors[t].nbytes for t in outputs))
 
     def boundary(self, members: Iterable[int]) -> tuple[list[str], list[str]]:
-        """External input tensors and escaping output tensors of a node set."""
-        inside = set(members)
-        inputs = [t for m in sorted(inside) for t in self.nodes[m].inputs
-                  if self.tensors[t].producer not in inside]
-        outputs = [t for m in sorted(inside) for t in self.nodes[m].outputs
-                   if self.tensors[t].kind == TensorKind.OUTPUT
-                   or any(c not in inside for c in self.tensors[t].consumers)]
-        return list(dict.fromkeys(inputs)), list(dict.fromkeys(outputs))
+        """External input tensors and escaping output tensors of a node set (remembered per set:
+        tile planning asks for the same groups' boundaries hundreds of thousands of times)."""
+        inside = frozenset(members)
+        if inside not in self._boundaries:
+            inputs = [t for m in sorted(inside) for t in self.nodes[m].inputs
+                      if self.tensors[t].producer not in inside]
+            outputs = [t for m in sorted(inside) for t in self.nodes[m].outputs
+                       if self.tensors[t].kind == TensorKind.OUTPUT
+                       or any(c not in inside for c in self.tensors[t].consumers)]
+            self._boundaries[inside] = (tuple(dict.fromkeys(inputs)), tuple(dict.fromkeys(outputs)))
+        inputs, outputs = self._boundaries[inside]
+        return list(inputs), list(outputs)
 
     def groups(self) -> dict[str, list[int]]:
         """Fused groups (from ``FuseOps``) by name; ungrouped nodes form singleton groups."""

@@ -18,9 +18,10 @@ Example
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Callable, Hashable, Iterable, Sequence
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import tvm
 import tvm_ffi
@@ -241,6 +242,30 @@ def fuse_nodes(mod: tvm.IRModule, func_name: str, nodes: Sequence[int], recomput
     return func
 
 
+class _References(NamedTuple):
+    """Which variables each binding of a Relax function reads, and who reads each variable."""
+
+    sites: list[tuple[int, int]]                      # (block, binding) of each call node
+    of: dict[tuple[int, int], list]                   # (block, binding) -> variables it reads
+    readers: dict[Any, set[tuple[int, int]]]          # variable -> (block, binding) reading it
+    returned: set                                     # variables the function's body returns
+
+
+@functools.lru_cache(maxsize=4)
+def _references(func: relax.Function) -> _References:
+    """:class:`_References` of ``func``, once per function (the cache holds it, so its identity
+    cannot be reused): every candidate set of a model is cut out of the same function, and walking
+    all its bindings for each one made fusing a set linear in the model's size."""
+    of: dict[tuple[int, int], list] = {}
+    readers: dict[Any, set[tuple[int, int]]] = {}
+    for bi, block in enumerate(func.body.blocks):
+        for k, binding in enumerate(block.bindings):
+            of[(bi, k)] = var_refs(binding.value)
+            for r in of[(bi, k)]:
+                readers.setdefault(r, set()).add((bi, k))
+    return _References(call_bindings(func), of, readers, set(var_refs(func.body.body)))
+
+
 def subgraph_module(mod: tvm.IRModule, func_name: str, nodes: Sequence[int],
                     recomputes: Sequence[int] = ()) -> tvm.IRModule:
     """A module whose ``main`` holds only the call bindings ``nodes`` of ``mod[func_name]`` (and
@@ -254,7 +279,8 @@ def subgraph_module(mod: tvm.IRModule, func_name: str, nodes: Sequence[int],
         The nodes span several binding blocks.
     """
     func = mod[func_name]
-    sites = call_bindings(func)
+    refs = _references(func)
+    sites = refs.sites
     where = {sites[n][0] for n in nodes}
     if len(where) != 1:
         raise EmitError(f"nodes {list(nodes)} span binding blocks {sorted(where)}")
@@ -262,32 +288,22 @@ def subgraph_module(mod: tvm.IRModule, func_name: str, nodes: Sequence[int],
     block = func.body.blocks[block_index]
     chosen = {sites[n][1] for n in nodes}
     kept: list = []
-    kept_at: set[int] = set()
+    kept_at: dict[tuple[int, int], None] = {}      # (block, binding) of each kept binding, in order
     defined: set = set()
     for k, binding in enumerate(block.bindings):
-        if k in chosen:
+        read = refs.of[(block_index, k)]
+        if k in chosen or (not isinstance(binding.value, relax.Call) and read and all(r in defined for r in read)):
             kept.append(binding)
-            kept_at.add(k)
+            kept_at[(block_index, k)] = None
             defined.add(binding.var)
-        elif not isinstance(binding.value, relax.Call):
-            refs = var_refs(binding.value)
-            if refs and all(r in defined for r in refs):
-                kept.append(binding)
-                kept_at.add(k)
-                defined.add(binding.var)
-    outside_refs: list = []
-    for bi, blk in enumerate(func.body.blocks):
-        for k, binding in enumerate(blk.bindings):
-            if bi != block_index or k not in kept_at:
-                outside_refs.extend(var_refs(binding.value))
-    outside_refs.extend(var_refs(func.body.body))
     internal = [block.bindings[sites[n][1]].var for n in recomputes]
-    escaping = [b.var for b in kept if any(b.var.same_as(r) for r in outside_refs)
+    # a value read by a binding outside the set, or returned, escapes
+    escaping = [b.var for b in kept if (b.var in refs.returned or not refs.readers.get(b.var, set()) <= kept_at.keys())
                 and not any(b.var.same_as(v) for v in internal)] or [kept[-1].var]
     mapping: dict = {}
     params: list = []
-    for binding in kept:
-        for r in var_refs(binding.value):
+    for at in kept_at:
+        for r in refs.of[at]:
             if r not in defined and r not in mapping:
                 mapping[r] = relax.Var(r.name, r.ty)
                 params.append(mapping[r])

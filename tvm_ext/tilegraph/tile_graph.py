@@ -173,6 +173,9 @@ class TileGraph:
         # tile nor a kernel's traffic depend on the step (nor on levels: a kernel is keyed by its nodes)
         self._regions: dict[tuple[int, ...], tuple[dict, dict]] = {}
         self._traffic: dict[tuple, TrafficReport] = {}
+        # enumeration asks for the kernel tiles of a tile once to rank it and again to size it
+        self._kernel_tiles: dict[tuple, list[KernelTile]] = {}
+        self._config_key: tuple | None = None
         self._check_partitions()
 
     # ------------------------------------------------------------------ structure
@@ -307,6 +310,7 @@ class TileGraph:
         nodes = {i: regions[self.graph.nodes[i].outputs[0]].extents
                  for i in self.members if self.graph.nodes[i].outputs}
         self.config = TileConfig(outs, regions, nodes, rstep)
+        self._config_key = None if key is None else (key, rstep)
         return self.config
 
     def _require_config(self) -> TileConfig:
@@ -334,6 +338,9 @@ class TileGraph:
         connect such an output).
         """
         config = self._require_config()
+        cache_key = None if self._config_key is None else (self._config_key, tuple(self._levels.values()))
+        if cache_key is not None and cache_key in self._kernel_tiles:
+            return list(self._kernel_tiles[cache_key])
         result = []
         for group in self.kernels():
             outs = self.graph.boundary(group)[1]
@@ -357,7 +364,9 @@ class TileGraph:
             shared = plan_best_fit([b for b in buffers if b.name not in in_regs], align)
             reg_bytes = sum(b.size for b in buffers if b.name in in_regs)
             result.append(KernelTile(group, tiles, report, shared, reg_bytes, steps))
-        return result
+        if cache_key is not None:
+            self._kernel_tiles[cache_key] = result
+        return list(result)
 
     def mem_traffic(self) -> int:
         """Global-memory bytes of the current config (Welder ``MemTraffic``).
