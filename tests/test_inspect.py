@@ -17,6 +17,7 @@ from tvm_ext.analysis import group_traffic_default
 from tvm_ext.errors import KernelCompileError, PresetError, TvmExtError, UnknownDeviceError
 from tvm_ext.graph import OpGraph
 from tvm_ext.driver import build
+from tvm_ext.inspect.render import summary_lines
 from tvm_ext.inspect import (FallbackOp, GroupInfo, cuda_source, global_kernel_names, inspect, kernel_source,
                              report_from_stages)
 from tvm_ext.select import FALLBACK_ATTR, launch_regions
@@ -247,6 +248,11 @@ def test_table_and_html_escape(small_report):
         groups=[GroupInfo(name="<script>x</script>", func=None, ops=("a&b",), op_classes=("compute",),
                           flops=1, traffic_bytes=4, kernels=1)],
         fallback_ops=[FallbackOp(op="<op>", kind="marked", reason='"quoted" <reason>')])
+    planned = dataclasses.replace(small_report, selection={
+        "main": {"generator_seconds": {"tilegraph": 10.04, "dlight": 2.5, "fuseops": 0.01}},
+        "f": {"generator_seconds": {"dlight": 1.0}}})
+    line = next(v for k, v in summary_lines(planned) if k == "planning time by generator")
+    assert line == "tilegraph 10.0 s, dlight 3.5 s"            # summed over functions, slowest first
     page = evil._repr_html_()
     assert "<script>" not in page and "&lt;script&gt;x&lt;/script&gt;" in page
     assert "a&amp;b" in page and "&lt;op&gt;" in page and "&lt;reason&gt;" in page

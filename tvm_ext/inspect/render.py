@@ -80,6 +80,16 @@ def _selection(report: "Report") -> str:
     return text + "".join(f"; {n}" for n in dict.fromkeys(notes))
 
 
+def _planning(report: "Report") -> str:
+    """Seconds each generator took to propose (all functions), slowest first; a planning budget
+    that ran out says so in the kernel selection line."""
+    seconds: dict[str, float] = {}
+    for entry in report.selection.values():
+        for g, s in entry.get("generator_seconds", {}).items():
+            seconds[g] = seconds.get(g, 0.0) + s
+    return ", ".join(f"{g} {s:.1f} s" for g, s in sorted(seconds.items(), key=lambda item: -item[1]) if s >= 0.05) or "-"
+
+
 def summary_lines(report: "Report") -> list[tuple[str, str]]:
     """(label, value) pairs shown above the tables."""
     return [
@@ -100,6 +110,7 @@ def summary_lines(report: "Report") -> list[tuple[str, str]]:
          f"memory {human_seconds(report.roofline_memory_s)})"),
         ("fallback ops", str(len(report.fallback_ops))),
         ("compile time", human_seconds(report.compile_seconds)),
+        ("planning time by generator", _planning(report)),
     ]
 
 
