@@ -32,10 +32,12 @@ Example
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import NamedTuple
 
 import tvm_ffi
 
+from ..analysis import num_tiles
 from ..errors import AnalysisError
 from ..graph import has_contraction, is_reduction, sblocks
 from ..select.context import SelectionContext
@@ -156,9 +158,10 @@ def _group_plans(ctx: SelectionContext, members: tuple[int, ...]) -> tuple[TileP
         limit = ctx.device.max_shared_memory_per_block_optin
         levels = tuple((e.tensor, tg.connect_level(e).label) for e in tg.edges)
         works = _TileWorks(ctx, func, inline)     # each tile's schedule built once per build
-        best = _best_buildable([c for c in ranked if not c.offered], works, limit)
+        shape = tuple(graph.tensors[tg.outputs[0]].shape)     # the outputs share one shape (enumeration)
+        best = _best_buildable([c for c in ranked if not c.offered], works, limit, shape)
         ranked_plan = best if isinstance(best, str) else _plan_of(ctx, func, best, inline, levels)
-        whole = _best_buildable([c for c in ranked if c.whole_reductions], works, limit, recompute_free=True)
+        whole = _best_buildable([c for c in ranked if c.whole_reductions], works, limit, shape, recompute_free=True)
         if isinstance(whole, str) or (isinstance(best, _Buildable) and whole.cand == best.cand):
             return ranked_plan, None
         return ranked_plan, _plan_of(ctx, func, whole, inline, levels)
@@ -210,11 +213,6 @@ class _Buildable(NamedTuple):
         *assumed*: the predicated-off threads idle as if the grid were that much larger), then rank."""
         return self.overlap, self.simt, self.cand.score * self.padding, self.rank
 
-    @property
-    def ideal(self) -> bool:
-        """No recomputation, no SIMT GEMM, no padding: no later (worse-scored) tile does better."""
-        return self.overlap == 1.0 and self.simt == 0 and self.padding == 1.0
-
 
 class _TileWorks:
     """:class:`~tvm_ext.tilegraph.schedule.TileWork` of one fused function, each (tile, padded
@@ -241,31 +239,48 @@ class _TileWorks:
         return built
 
 
-def _cannot_beat(best: "_Buildable", cand: TileCandidate) -> bool:
+def border_padding(shape: tuple[int, ...], tile: tuple[int, ...]) -> float:
+    """``tiles x tile / output``: how much of the grid's output tiles lies past ``shape`` (1.0: the
+    tile divides it), what :attr:`_Buildable.padding` measures on the built kernel."""
+    return math.prod(tile) * num_tiles(shape, tile) / math.prod(shape)
+
+
+def _bound(cand: TileCandidate, shape: tuple[int, ...]) -> float:
+    """The lowest third component of :meth:`_Buildable.key` any option of ``cand`` can have."""
+    return cand.score * border_padding(shape, cand.output_tile)
+
+
+def _cannot_beat(best: "_Buildable", cand: TileCandidate, shape: tuple[int, ...]) -> bool:
     """Whether no option of ``cand`` can come before ``best`` by :meth:`_Buildable.key`: ``best``
-    recomputes nothing and leaves no GEMM to SIMT, and ``cand``'s score alone (its padding can only
-    multiply it, by 1 or more) is no lower than ``best``'s padded score (a tie goes to the earlier
-    rank). Such a tile is not built at all (exact: the choice is the one building every tile makes)."""
-    return best.overlap == 1.0 and best.simt == 0 and cand.score >= best.cand.score * best.padding
+    recomputes nothing and leaves no GEMM to SIMT, and ``cand``'s padded score is no lower than
+    ``best``'s (a tie goes to the earlier rank, and tiles are tried in that order). Such a tile is not
+    built at all (exact: the choice is the one building every tile makes)."""
+    return best.overlap == 1.0 and best.simt == 0 and _bound(cand, shape) >= best.cand.score * best.padding
 
 
-def _best_buildable(ranked: list[TileCandidate], works: _TileWorks, shared_limit: int, *,
+def _best_buildable(ranked: list[TileCandidate], works: _TileWorks, shared_limit: int, shape: tuple[int, ...], *,
                     recompute_free: bool = False) -> "_Buildable | str":
     """The best of ``ranked`` the builder can realize (by :meth:`_Buildable.key`), or why none; with
     ``recompute_free``, only tiles that recompute nothing but their border tile's padding count
     (the tiles offered as recomputing no reduction: one with a halo is no better placed than the
-    ranked ones to weigh less halo against Welder's score). Tiles that cannot beat the best so far
-    are skipped (:func:`_cannot_beat`)."""
+    ranked ones to weigh less halo against Welder's score).
+
+    Tiles are built in the order of the lowest key they could have (their score times their border
+    padding over the output ``shape``, then rank), and the search stops at the first tile that cannot
+    beat the best so far (:func:`_cannot_beat`): no later one can either. Where the output ``shape``
+    does not give the padding the built kernel has, every tile is built."""
     refused = "no output tile fits shared memory"
     best: _Buildable | None = None
-    for rank, cand in enumerate(ranked):
-        if best is not None and _cannot_beat(best, cand):
-            continue
+    exact = True                # the border padding from ``shape`` is the built kernel's
+    for rank, cand in sorted(enumerate(ranked), key=lambda rc: (_bound(rc[1], shape), rc[0])):
+        if exact and best is not None and _cannot_beat(best, cand, shape):
+            break
         try:
             work = works(cand.output_tile)
         except TileScheduleError as err:
             refused = str(err)
             continue
+        exact = exact and work[-1].recompute == border_padding(shape, cand.output_tile)
         problem = ""
         options = [(work, ())]
         if any(w.tensor_core for w in work):
@@ -289,8 +304,6 @@ def _best_buildable(ranked: list[TileCandidate], works: _TileWorks, shared_limit
                 break
         if problem:
             refused = f"tile {cand.output_tile}: {problem}"
-        elif found.ideal:
-            break
     return best if best is not None else refused
 
 
