@@ -242,6 +242,42 @@ def test_fused_function_equals_the_final_fusion():
     assert len(sub["main"].ret_ty.fields) == 1                      # only the softmax leaves the set
 
 
+def _aliased() -> tvm.IRModule:
+    """``b = tanh(exp(x))``, read both as ``b`` and through an alias ``c = b`` (ConvNeXt's layer
+    norm after the HF export's identity-like bindings)."""
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((4, 8), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            a = bb.emit(relax.op.exp(x))
+            b = bb.emit(relax.op.tanh(a))
+            c = bb.emit(b)
+            d = bb.emit(relax.op.add(b, relax.const(1.0, "float32")))
+            e = bb.emit(relax.op.multiply(c, relax.const(2.0, "float32")))
+            out = bb.emit_output(relax.op.add(d, e))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+def test_a_group_read_through_an_alias_returns_its_value_once():
+    """An alias binding stays out of the group: the group returns ``b`` once, FuseTIR gives each
+    parameter its own buffer (with the alias in the group, it returned ``b`` twice and FuseTIR bound
+    one buffer to two parameters: an ill-formed kernel that crashed ConvNeXt's ``full`` build), the
+    candidate's own fusion is the final one, and the module computes what it did."""
+    ctx = _context(_aliased())
+    nodes = (0, 1)                                                  # exp, tanh
+    whole, names = emit_groups(ctx.mod, [list(nodes)], names=["fused_candidate"])
+    final = relax.transform.FuseTIR()(whole)[names[0]]
+    params = list(final.params)
+    assert len(params) == 2 and not params[0].same_as(params[1])   # x and the one output
+    tvm.ir.assert_structural_equal(ctx.fused_function(nodes), final)
+    assert len(subgraph_module(ctx.mod, "main", nodes)["main"].ret_ty.fields) == 1
+    x = np.random.default_rng(0).standard_normal((4, 8)).astype("float32")
+    expected = np.tanh(np.exp(x)) * 3 + 1
+    vm = relax.VirtualMachine(tvm.compile(relax.transform.FuseTIR()(whole), target="llvm"), tvm.cpu())
+    np.testing.assert_allclose(vm["main"](tvm.runtime.tensor(x)).numpy(), expected, rtol=1e-5)
+
+
 def test_priority_selector_takes_candidates_in_order():
     ctx = _context(Small)
     gen = get_generator("dlight")

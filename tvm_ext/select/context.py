@@ -292,7 +292,10 @@ def subgraph_module(mod: tvm.IRModule, func_name: str, nodes: Sequence[int],
     defined: set = set()
     for k, binding in enumerate(block.bindings):
         read = refs.of[(block_index, k)]
-        if k in chosen or (not isinstance(binding.value, relax.Call) and read and all(r in defined for r in read)):
+        # tuple and item bindings of the set's values join it; an alias stays out, as in emission
+        # (:func:`~tvm_ext.select.emit.emit_groups`)
+        if k in chosen or (not isinstance(binding.value, (relax.Call, relax.Var)) and read
+                           and all(r in defined for r in read)):
             kept.append(binding)
             kept_at[(block_index, k)] = None
             defined.add(binding.var)

@@ -168,8 +168,10 @@ def _rewrite_block(bb: relax.BlockBuilder, block, bi: int, owner, names, attrs, 
     group_unit: dict[int, int] = {}
     for ki, binding in enumerate(bindings):
         gi = owner.get((bi, ki))
-        if gi is None and not isinstance(binding.value, relax.Call):
-            # a tuple / alias / item binding joins a group only if everything it reads is the group's
+        if gi is None and not isinstance(binding.value, (relax.Call, relax.Var)):
+            # a tuple / item binding joins a group only if everything it reads is the group's; an
+            # alias (``y = x``) never does: were ``x`` and ``y`` both read outside, the group would
+            # return one value twice and FuseTIR bind one buffer to two parameters (ill-formed)
             refs = var_refs(binding.value)
             homes = {defined.get(r) for r in refs}
             if refs and len(homes) == 1 and None not in homes and units[next(iter(homes))].group is not None:
