@@ -292,10 +292,7 @@ def subgraph_module(mod: tvm.IRModule, func_name: str, nodes: Sequence[int],
     defined: set = set()
     for k, binding in enumerate(block.bindings):
         read = refs.of[(block_index, k)]
-        # tuple and item bindings of the set's values join it; an alias stays out, as in emission
-        # (:func:`~tvm_ext.select.emit.emit_groups`)
-        if k in chosen or (not isinstance(binding.value, (relax.Call, relax.Var)) and read
-                           and all(r in defined for r in read)):
+        if k in chosen or (not isinstance(binding.value, relax.Call) and read and all(r in defined for r in read)):
             kept.append(binding)
             kept_at[(block_index, k)] = None
             defined.add(binding.var)
@@ -303,6 +300,11 @@ def subgraph_module(mod: tvm.IRModule, func_name: str, nodes: Sequence[int],
     # a value read by a binding outside the set, or returned, escapes
     escaping = [b.var for b in kept if (b.var in refs.returned or not refs.readers.get(b.var, set()) <= kept_at.keys())
                 and not any(b.var.same_as(v) for v in internal)] or [kept[-1].var]
+    # an alias of a value that escapes too is not returned again (as in emission: ``emit_groups``)
+    inside_reads = {r for at in kept_at for r in refs.of[at]}
+    twice = {b.var for b in kept if isinstance(b.value, relax.Var) and b.value in escaping and b.var in escaping
+             and b.var not in inside_reads}
+    escaping = [v for v in escaping if v not in twice]
     mapping: dict = {}
     params: list = []
     for at in kept_at:

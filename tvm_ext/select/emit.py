@@ -168,10 +168,8 @@ def _rewrite_block(bb: relax.BlockBuilder, block, bi: int, owner, names, attrs, 
     group_unit: dict[int, int] = {}
     for ki, binding in enumerate(bindings):
         gi = owner.get((bi, ki))
-        if gi is None and not isinstance(binding.value, (relax.Call, relax.Var)):
-            # a tuple / item binding joins a group only if everything it reads is the group's; an
-            # alias (``y = x``) never does: were ``x`` and ``y`` both read outside, the group would
-            # return one value twice and FuseTIR bind one buffer to two parameters (ill-formed)
+        if gi is None and not isinstance(binding.value, relax.Call):
+            # a tuple / alias / item binding joins a group only if everything it reads is the group's
             refs = var_refs(binding.value)
             homes = {defined.get(r) for r in refs}
             if refs and len(homes) == 1 and None not in homes and units[next(iter(homes))].group is not None:
@@ -215,8 +213,14 @@ def _rewrite_block(bb: relax.BlockBuilder, block, bi: int, owner, names, attrs, 
             continue
         escaping = [b.var for ki in unit.bindings if (b := bindings[ki]).var in used_elsewhere[uid]]
         escaping = [v for v in used_elsewhere[uid] if any(v.same_as(e) for e in escaping)]
+        # an alias (``y = x``) of a value the group also returns is bound outside, after the call:
+        # returning one value twice made FuseTIR bind one buffer to two parameters (ill-formed)
+        aliases = [b for ki in unit.bindings if isinstance((b := bindings[ki]).value, relax.Var)
+                   and any(b.value.same_as(e) for e in escaping) and any(b.var.same_as(e) for e in escaping)
+                   and not any(b.var.same_as(r) for kj in unit.bindings for r in var_refs(bindings[kj].value))]
+        escaping = [v for v in escaping if not any(v.same_as(a.var) for a in aliases)]
         gi = unit.group
-        members = [bindings[ki] for ki in unit.bindings]
+        members = [bindings[ki] for ki in unit.bindings if not any(bindings[ki].same_as(a) for a in aliases)]
         maker = makers[gi] if makers else None
         if maker is not None:
             callee, args = maker(bb, members, escaping)
@@ -233,6 +237,7 @@ def _rewrite_block(bb: relax.BlockBuilder, block, bi: int, owner, names, attrs, 
             out_bindings.append(relax.VarBinding(tup, bb.normalize(call)))
             for i, var in enumerate(escaping):
                 out_bindings.append(relax.VarBinding(var, bb.normalize(relax.TupleGetItem(tup, i))))
+        out_bindings.extend(aliases)
     return relax.DataflowBlock(out_bindings)
 
 
