@@ -306,7 +306,8 @@ def build(mod: tvm.IRModule, target: tvm.target.Target, preset: str | Preset = "
                 break
             # excluding a refused kernel by its key can fail to keep it out: the selection's key is
             # taken on the candidate's own fusion, and the module's FuseTIR can make another function
-            # of the same nodes (ConvNeXt's add -> transpose -> layer norm, ill-formed only there)
+            # of the same nodes (ConvNeXt's transpose -> layer norm, read also through an alias, was
+            # ill-formed only there until emission returned an alias's value once)
             stuck = set(refused) <= set(excluded)
             if stuck and not unscheduled_fallbacks(scheduled):
                 break   # dlight built what was refused again
