@@ -18,7 +18,6 @@ Example
 """
 from __future__ import annotations
 
-import functools
 import hashlib
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import Any, NamedTuple, TypeVar
@@ -83,6 +82,7 @@ class SelectionContext:
         self._shared = self._memo if shared is None else shared
         self.budget = budget or UNLIMITED
         self._meters: dict[str, BudgetMeter] = {}
+        self._refs: _References | None = None
         self._order = {n: k for k, n in enumerate(graph.topological_order())}
 
     def call_nodes(self) -> list[int]:
@@ -185,6 +185,12 @@ class SelectionContext:
         return self.shared_memo(("kernel_key", self.signature(members, recomputes), plan_to_text(plan)),
                                 lambda: kernel_key(self.fused_function(members, recomputes), plan))
 
+    def _references(self) -> _References:
+        """:func:`references` of the function selected over, computed on first use."""
+        if self._refs is None:
+            self._refs = references(self.mod[self.func_name])
+        return self._refs
+
     def fused_function(self, nodes: Iterable[int], recomputes: Iterable[int] = ()) -> tirx.PrimFunc:
         """The PrimFunc ``FuseTIR`` makes of ``nodes`` (a node's own PrimFunc when alone); the
         values of the members it ``recomputes`` stay inside it.
@@ -202,7 +208,7 @@ class SelectionContext:
         if len(members) == 1:
             return self.graph.nodes[members[0]].func
         return self.memo(("fused", self.signature(members, recomputes)),
-                         lambda: fuse_nodes(self.mod, self.func_name, members, recomputes))
+                         lambda: fuse_nodes(self.mod, self.func_name, members, recomputes, self._references()))
 
 
 def kernel_key(func: tirx.PrimFunc, plan) -> str:
@@ -216,7 +222,8 @@ def kernel_key(func: tirx.PrimFunc, plan) -> str:
     return hashlib.sha1(text.encode()).hexdigest()[:24]
 
 
-def fuse_nodes(mod: tvm.IRModule, func_name: str, nodes: Sequence[int], recomputes: Sequence[int] = ()) -> tirx.PrimFunc:
+def fuse_nodes(mod: tvm.IRModule, func_name: str, nodes: Sequence[int], recomputes: Sequence[int] = (),
+               refs: _References | None = None) -> tirx.PrimFunc:
     """Fuse the call bindings ``nodes`` of ``mod[func_name]`` into one PrimFunc, in a module of
     their own (see :func:`subgraph_module`).
 
@@ -226,7 +233,7 @@ def fuse_nodes(mod: tvm.IRModule, func_name: str, nodes: Sequence[int], recomput
         The nodes span several binding blocks, or ``FuseTIR`` fails on them or returns an
         ill-formed function.
     """
-    sub = subgraph_module(mod, func_name, nodes, recomputes)
+    sub = subgraph_module(mod, func_name, nodes, recomputes, refs)
     fused, given = emit_groups(sub, [list(range(len(nodes)))], func_name="main", names=["fused_candidate"])
     try:
         fused = relax.transform.FuseTIR()(fused)
@@ -251,11 +258,11 @@ class _References(NamedTuple):
     returned: set                                     # variables the function's body returns
 
 
-@functools.lru_cache(maxsize=4)
-def _references(func: relax.Function) -> _References:
-    """:class:`_References` of ``func``, once per function (the cache holds it, so its identity
-    cannot be reused): every candidate set of a model is cut out of the same function, and walking
-    all its bindings for each one made fusing a set linear in the model's size."""
+def references(func: relax.Function) -> _References:
+    """:class:`_References` of ``func``: every candidate set of a model is cut out of the same
+    function, and walking all its bindings for each one made fusing a set linear in the model's
+    size, so a :class:`SelectionContext` computes them once and hands them to
+    :func:`subgraph_module`."""
     of: dict[tuple[int, int], list] = {}
     readers: dict[Any, set[tuple[int, int]]] = {}
     for bi, block in enumerate(func.body.blocks):
@@ -267,7 +274,7 @@ def _references(func: relax.Function) -> _References:
 
 
 def subgraph_module(mod: tvm.IRModule, func_name: str, nodes: Sequence[int],
-                    recomputes: Sequence[int] = ()) -> tvm.IRModule:
+                    recomputes: Sequence[int] = (), refs: _References | None = None) -> tvm.IRModule:
     """A module whose ``main`` holds only the call bindings ``nodes`` of ``mod[func_name]`` (and
     the tuple bindings between them), with every outside value as a parameter and every value
     read outside the set as an output, except the values of ``recomputes`` (computed here for
@@ -279,7 +286,7 @@ def subgraph_module(mod: tvm.IRModule, func_name: str, nodes: Sequence[int],
         The nodes span several binding blocks.
     """
     func = mod[func_name]
-    refs = _references(func)
+    refs = refs or references(func)     # ``refs``: :func:`references` of ``mod[func_name]``, computed once
     sites = refs.sites
     where = {sites[n][0] for n in nodes}
     if len(where) != 1:
