@@ -23,7 +23,8 @@ from .enumerate import (ASSUMED_REGISTERS_PER_THREAD, ASSUMED_THREADS_PER_BLOCK,
 from .reduction import TENSOR_CORE_DTYPES, MatmulLike, matmul_like, matmul_nodes, rstep_regions
 from .plans import TilePlan
 from .tensor_core import WmmaFit, wmma_fit
-from .schedule import TileScheduleError, TileWork, build_tile_schedule, gcd_threads, tile_work
+from .schedule import TileScheduleError, build_tile_schedule
+from .block_work import BlockWork, TileWork, gcd_threads, tile_work
 from .connect import ConnectedGroup, connect_graph, tile_candidate
 from .planning import edge_level, plan_group, whole_reduction_plan
 from .generator import TileGraphGenerator
@@ -36,7 +37,7 @@ __all__ = [
     "TENSOR_CORE_DTYPES", "MatmulLike", "matmul_like", "matmul_nodes", "rstep_regions",
     "TENSOR_CORE_ALIGNMENT_BYTES", "ConnectLevel", "Edge", "KernelTile", "NonConvexError", "TileConfig",
     "TileGraph", "TileGraphError", "UnknownEdgeError", "TilePlan", "TileScheduleError", "build_tile_schedule",
-    "gcd_threads", "tile_work", "TileWork", "WmmaFit", "wmma_fit", "ConnectedGroup", "connect_graph", "plan_group", "tile_candidate",
+    "BlockWork", "gcd_threads", "tile_work", "TileWork", "WmmaFit", "wmma_fit", "ConnectedGroup", "connect_graph", "plan_group", "tile_candidate",
     "whole_reduction_plan", "edge_level",
     "TileGraphGenerator",
 ]

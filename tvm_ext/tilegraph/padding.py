@@ -132,7 +132,7 @@ def paddable(block: tirx.SBlock) -> bool:
 
 def padding_flops(func: tirx.PrimFunc, work: list, padded: tuple[str, ...]) -> int:
     """Flops the ``padded`` contractions of ``func`` compute beyond their own: their padded outputs
-    per tile (``work``, :class:`~tvm_ext.tilegraph.schedule.BlockWork` of the padded kernel) over
+    per tile (``work``, :class:`~tvm_ext.tilegraph.block_work.BlockWork` of the padded kernel) over
     the grid times their padded depth, less their own (2 per multiply-add)."""
     if not padded:
         return 0

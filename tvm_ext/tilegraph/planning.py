@@ -45,7 +45,8 @@ from ..select.emit import EmitError
 from .enumerate import MMA_FRAGMENT as FRAGMENT, TileCandidate, enumerate_tiles
 from .padding import paddable, padding_flops
 from .plans import TilePlan
-from .schedule import WARP, BlockWork, TileScheduleError, TileWork, gcd_threads
+from .block_work import BlockWork, TileWork, gcd_threads
+from .schedule import WARP, TileScheduleError
 from .tensor_core import Misaligned, stepped_reduction
 from .tile_graph import ConnectLevel, TileGraph
 
@@ -215,7 +216,7 @@ class _Buildable(NamedTuple):
 
 
 class _TileWorks:
-    """:class:`~tvm_ext.tilegraph.schedule.TileWork` of one fused function, each (tile, padded
+    """:class:`~tvm_ext.tilegraph.block_work.TileWork` of one fused function, each (tile, padded
     contractions, reduction step) built once per build: a schedule per call (milliseconds);
     the ranked and whole-reduction lists of a group share their tiles, and groups of other
     signatures fuse into the same function (keyed by its structural hash)."""
