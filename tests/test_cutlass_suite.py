@@ -1,6 +1,6 @@
 """Every distinct CUTLASS instance of the seed suite compiles with nvcc for sm_80 and sm_90a (slow).
 
-The 19 skeleton models are imported in fp16 and partitioned by the ``cutlass`` preset; each
+The skeleton models are imported in fp16 and partitioned by the ``cutlass`` preset; each
 distinct (shape-generic) instance is compiled once per arch, two nvcc processes at a time
 (``TVM_EXT_CUTLASS_SUITE_JOBS``) while the next models are imported; the CUTLASS 3.x ones (3.6 GB
 each) one at a time after the last import. Each model's TVM-FFI glue is compiled with g++.
