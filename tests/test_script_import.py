@@ -12,7 +12,7 @@ import pytest
 import tvm
 from tvm import s_tir
 
-from tvm_ext.tir.script_import import CUDA_TENSOR_INTRINSICS, fast_frame_lookup, import_tensor_intrinsics
+from tvm_ext.tir.script_import import CONTEXT_FRAMES, CUDA_TENSOR_INTRINSICS, fast_frame_lookup, import_tensor_intrinsics
 
 #: A prim_func defined by code whose file is a pseudo-name, as the import machinery's frames are.
 PSEUDO_FILE_SOURCE = '''
@@ -48,8 +48,12 @@ def test_the_decorators_see_the_frames_the_scan_gives(pseudo_file):
     for fast in (False, True):
         with fast_frame_lookup() if fast else contextlib.nullcontext():
             seen.append(pseudo_file["frames"]())
-    assert seen[0] == seen[1]
-    assert [f for f in seen[0] if f[0] == "<tvm_ext probe>"]
+    slow, fast = seen
+    assert [f[:2] for f in slow] == [f[:2] for f in fast]
+    assert slow[:CONTEXT_FRAMES] == fast[:CONTEXT_FRAMES]      # the parser reads frames[2]'s line
+    assert all(f[2] is None for f in fast[CONTEXT_FRAMES:])    # no source read for the rest
+    assert any(f[2] is not None for f in slow[CONTEXT_FRAMES:])
+    assert [f for f in slow if f[0] == "<tvm_ext probe>"]
     with fast_frame_lookup():
         fast = pseudo_file["define"]()
     tvm.ir.assert_structural_equal(fast, pseudo_file["define"]())
@@ -74,11 +78,11 @@ def test_no_scan_of_the_loaded_modules_per_pseudo_file_frame(pseudo_file, monkey
 
 
 def test_inspect_is_restored_even_when_the_block_raises():
-    original = inspect.getmodule
+    original, original_stack = inspect.getmodule, inspect.stack
     with pytest.raises(KeyError), fast_frame_lookup():
-        assert inspect.getmodule is not original
+        assert inspect.getmodule is not original and inspect.stack is not original_stack
         raise KeyError("inside")
-    assert inspect.getmodule is original
+    assert inspect.getmodule is original and inspect.stack is original_stack
 
 
 def test_the_cuda_tensor_intrinsics_are_registered():
