@@ -5,6 +5,7 @@ import tvm
 
 from .clip import lift_min_max
 from .fp16 import ConvertToFloat16
+from .gelu import FuseGelu
 from .pad import FoldPadIntoConv, lift_pad
 from .te_calls import LiftTECalls
 
@@ -26,13 +27,16 @@ def canonicalize_passes() -> tvm.transform.Sequential:
        training-style composites such as ``tensor_to_shape``) into elementwise ops.
     5. ``FoldConstant`` - evaluate every all-constant subexpression (transposed Gemm
        weights, BN scale/shift, shape arithmetic of the importer).
-    6. ``FoldPadIntoConv`` - a zero spatial pad read only by a convolution joins its padding
+    6. ``FuseGelu`` - GELU written out in erf or tanh form (exports before opset 20) becomes
+       ``R.nn.gelu`` / ``R.nn.gelu_tanh``: an activation GEMM epilogues take
+       (:mod:`~tvm_ext.frontend.gelu`).
+    7. ``FoldPadIntoConv`` - a zero spatial pad read only by a convolution joins its padding
        when the merged padding is symmetric.
-    7. ``RemoveRedundantReshape`` - drop no-op reshapes and collapse reshape chains.
-    8. ``CanonicalizeBindings`` - remove trivial ``y = x`` bindings (ONNX Identity,
+    8. ``RemoveRedundantReshape`` - drop no-op reshapes and collapse reshape chains.
+    9. ``CanonicalizeBindings`` - remove trivial ``y = x`` bindings (ONNX Identity,
        Dropout) and tuple round trips.
-    9. ``EliminateCommonSubexpr`` - share identical computations.
-    10. ``DeadCodeElimination(["main"])`` - drop unused bindings and functions.
+    10. ``EliminateCommonSubexpr`` - share identical computations.
+    11. ``DeadCodeElimination(["main"])`` - drop unused bindings and functions.
     """
     from tvm.relax.transform import (  # local names keep the list readable
         CanonicalizeBindings, ConvertToDataflow, DeadCodeElimination,
@@ -47,6 +51,7 @@ def canonicalize_passes() -> tvm.transform.Sequential:
             FoldBatchnormToConv2D(),
             DecomposeOpsForInference(),
             FoldConstant(),
+            FuseGelu(),
             FoldPadIntoConv,
             RemoveRedundantReshape(),
             CanonicalizeBindings(),
