@@ -25,7 +25,7 @@ from .b2b import b2b_patterns
 from .b2b_conv import b2b_conv_patterns
 from .candidates import arch_number
 from .nhwc import convert_conv_to_nhwc
-from .padding import PadConvChannels
+from .padding import PadConvChannels, PadGemmColumns
 from .patterns import CODEGEN_NAME, OP_KINDS, partition_for_cutlass
 
 _LOG = logging.getLogger(__name__)
@@ -104,8 +104,10 @@ def offload_passes(target: tvm.target.Target, database: str | os.PathLike[str] |
 
 
 def prepare_passes(ops: tuple[str, ...] = OP_KINDS) -> list[tvm.transform.Pass]:
-    """Layout passes before partitioning: NHWC conversion and channel padding for convolutions."""
-    return [convert_conv_to_nhwc, PadConvChannels] if "conv2d" in ops else []
+    """Layout passes before partitioning: NHWC conversion and channel padding for convolutions,
+    column padding of constant GEMM weights."""
+    conv = [convert_conv_to_nhwc, PadConvChannels] if "conv2d" in ops else []
+    return conv + ([PadGemmColumns] if {"matmul", "dense"} & set(ops) else [])
 
 
 def b2b_pattern_source(options: dict[str, str]):
