@@ -1,4 +1,4 @@
-"""Padding for CUTLASS (Bolt §3.2.3): conv channels and GEMM weight columns; structure, partition, CPU numerics."""
+"""Channel padding of CUTLASS convolutions (Bolt §3.2.3): structure, partition and CPU numerics."""
 from __future__ import annotations
 
 import numpy as np
@@ -7,7 +7,7 @@ import tvm
 from tvm import relax
 
 from tvm_ext.cutlass import convert_conv_to_nhwc, offload_passes, partition_for_cutlass, workload_from_function
-from tvm_ext.cutlass.padding import channel_padding, pad_conv_channels, pad_gemm_columns
+from tvm_ext.cutlass.padding import channel_padding, pad_conv_channels
 
 RNG = np.random.default_rng(0)
 
@@ -154,41 +154,3 @@ def test_offload_passes_pad_before_partition():
     part = tvm.transform.Sequential(passes)(mod)
     funcs = [f for _, f in part.functions_items() if f.attrs and "Codegen" in f.attrs]
     assert len(funcs) == 1 and workload_from_function(funcs[0]).workload.c == 8
-
-
-def _gemm_model(n: int, dense: bool, k: int = 64, dtype: str = "float16") -> tuple[tvm.IRModule, np.ndarray]:
-    """x[2, 8, k] @ W with a constant weight of ``n`` columns: ``[k, n]``, or a dense layer's ``[n, k]``."""
-    w = RNG.integers(-1, 2, (n, k) if dense else (k, n)).astype(dtype)
-    bb = relax.BlockBuilder()
-    x = relax.Var("x", relax.TensorType((2, 8, k), dtype))
-    with bb.function("main", [x]):
-        with bb.dataflow():
-            rhs = relax.op.permute_dims(relax.const(w), [1, 0]) if dense else relax.const(w)
-            out = bb.emit_output(bb.emit(relax.op.matmul(x, rhs)))
-        bb.emit_func_output(out)
-    return bb.get(), w
-
-
-@pytest.mark.parametrize("dense", [False, True], ids=["matmul", "dense"])
-def test_gemm_columns_padded_to_an_access_and_sliced_back(dense, llvm_target):
-    """GPT-2's head has N = 50257: the weight gets 7 zero columns, CUTLASS takes the GEMM, and the
-    sliced product is the same."""
-    mod, _ = _gemm_model(57, dense)
-    padded = pad_gemm_columns(mod)
-    script = padded["main"].script()
-    assert "R.strided_slice(" in script and "(57,)" in script, script
-    part = partition_for_cutlass(padded)
-    offloaded = [f for _, f in part.functions_items() if f.attrs is not None and "Codegen" in f.attrs]
-    assert len(offloaded) == 1 and workload_from_function(offloaded[0]).workload.n == 64
-    assert not [f for _, f in partition_for_cutlass(mod).functions_items() if f.attrs and "Codegen" in f.attrs]
-    x = RNG.integers(-2, 3, (2, 8, 64)).astype("float16")
-    out = _run(padded, [x], llvm_target)
-    assert out.shape == (2, 8, 57)
-    np.testing.assert_array_equal(out, _run(mod, [x], llvm_target))
-
-
-@pytest.mark.parametrize("n", [64, 10], ids=["aligned", "narrow"])
-def test_gemm_columns_not_padded(n):
-    """Aligned columns need nothing; 10 -> 16 would be 60% more work (MAX_EXTRA_SHARE)."""
-    mod, _ = _gemm_model(n, dense=False)
-    tvm.ir.assert_structural_equal(pad_gemm_columns(mod), mod)

@@ -29,7 +29,8 @@ from .config import KernelConfig
 from .epilogue import ACTIVATIONS, Epilogue
 from .errors import CutlassCodegenError, CutlassSetupError
 from .generator import CutlassGenerator, CutlassPlan
-from .padding import PadConvChannels, PadGemmColumns, pad_conv_channels, pad_gemm_columns
+from .gemm_padding import PadGemmExtents, pad_gemm_extents
+from .padding import PadConvChannels, pad_conv_channels
 from .passes import PartitionForCutlass, convert_conv_to_nhwc, offload_passes
 from .patterns import CODEGEN_NAME, cutlass_patterns, partition_for_cutlass
 from .precision import allow_tf32, tf32_allowed
@@ -40,7 +41,7 @@ from .workload import Conv2dWorkload, GemmWorkload, Workload, workload_from_func
 __all__ = [
     "ACTIVATIONS", "allow_tf32", "tf32_allowed", "B2bConv2dWorkload", "cheapest_config", "describe", "B2bGemmWorkload", "CODEGEN_NAME", "Conv2dWorkload", "CutlassCodegenError",
     "CutlassGenerator", "CutlassPlan", "CutlassSetupError", "Epilogue", "GemmWorkload", "KernelConfig",
-    "PadConvChannels", "PadGemmColumns", "PartitionForCutlass", "Workload", "best_config", "candidates", "choose_config", "codegen",
+    "PadConvChannels", "PadGemmExtents", "PartitionForCutlass", "Workload", "best_config", "candidates", "choose_config", "codegen",
     "convert_conv_to_nhwc", "cutlass_patterns", "cutlass_record", "dtype_key", "instance_key",
-    "offload_passes", "pad_conv_channels", "pad_gemm_columns", "partition_for_cutlass", "workload_from_function",
+    "offload_passes", "pad_conv_channels", "pad_gemm_extents", "partition_for_cutlass", "workload_from_function",
 ]

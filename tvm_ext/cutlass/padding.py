@@ -1,4 +1,4 @@
-"""Padding for CUTLASS (Bolt §3.2.3): conv input channels and GEMM weight columns to one 128-bit access.
+"""Channel padding for CUTLASS convolutions (Bolt §3.2.3): input channels to one 128-bit access.
 
 A 16-bit NHWC convolution whose input channels ``C`` are not a multiple of 8 (ResNet's first
 convolution: ``C = 3``) gets narrow vector loads (alignment 1, 2 or 4 instead of 128-bit) or,
@@ -12,14 +12,6 @@ of 4 for 128-bit loads. :func:`pad_conv_channels` rounds ``C`` up:
   input, into the NCHW -> NHWC transpose), and it costs no launch of its own.
 
 Zero channels contribute nothing to the sums, so the padded graph computes the same values.
-
-A GEMM with a constant weight whose column count ``N`` is not a multiple of one access (GPT-2's
-language-model head: ``N = 50257``) is not offloaded at all (CUTLASS needs aligned leading
-dimensions), and runs on TVM's schedules at a fraction of the library's speed.
-:func:`pad_gemm_columns` gives the weight zero columns up to the multiple, at compile time, and
-takes the first ``N`` columns of the product with an ``R.strided_slice`` (injective: it fuses
-into the product's readers). Only where the extra columns are at most :data:`MAX_EXTRA_SHARE` of
-``N``: for a narrow GEMM (a 2-way classifier) the padding would be most of the work.
 """
 from __future__ import annotations
 
@@ -36,8 +28,6 @@ _LOG = logging.getLogger(__name__)
 
 #: Bits of the vector access the channel count is padded to (8 16-bit or 4 32-bit elements).
 PAD_BITS = 128
-#: Largest share of extra (zero) columns a GEMM weight is padded by: at most 1/8 more work.
-MAX_EXTRA_SHARE = 1 / 8
 
 
 def pad_multiple(dtype: str) -> int:
@@ -64,47 +54,6 @@ def channel_padding(call: relax.Call, multiple: int | None = None) -> int:
     if out_channels % min_alignment(dtype_of(data)):
         return 0
     return -channels % (multiple or pad_multiple(dtype_of(data)))
-
-
-def column_padding(call: relax.Call, rhs: relax.Expr | None = None) -> int:
-    """Zero columns to give the constant weight of a ``relax.matmul`` call (0 when none are needed
-    or allowed): the weight is 2-D ``[K, N]`` (a matmul) or ``permute_dims`` of a constant ``[N, K]``
-    (a dense layer), ``K`` is already aligned, and the extra share is at most :data:`MAX_EXTRA_SHARE`.
-    ``rhs``: the value the call's right operand is bound to, when that is a variable."""
-    if not (isinstance(call.op, tvm.ir.Op) and call.op.name == "relax.matmul"):
-        return 0
-    lhs = call.args[0]
-    rhs = call.args[1] if rhs is None else rhs
-    weight = _constant_weight(rhs)
-    if weight is None or dtype_of(lhs) not in input_dtypes() or dtype_of(weight) != dtype_of(lhs):
-        return 0
-    if dtype_of(call) not in OUTPUT_DTYPES or static_shape(lhs) is None:
-        return 0
-    k, n = static_shape(rhs)
-    multiple = pad_multiple(dtype_of(lhs))
-    extra = -n % multiple
-    if k % min_alignment(dtype_of(lhs)) or not extra or extra > n * MAX_EXTRA_SHARE:
-        return 0
-    return extra
-
-
-def _constant_weight(rhs: relax.Expr) -> tvm.ir.Constant | None:
-    """The constant ``[K, N]`` weight, or the constant ``[N, K]`` a ``permute_dims`` transposes."""
-    if isinstance(rhs, tvm.ir.Constant):
-        return rhs if len(rhs.value.shape) == 2 else None
-    if (isinstance(rhs, relax.Call) and isinstance(rhs.op, tvm.ir.Op) and rhs.op.name == "relax.permute_dims"
-            and isinstance(rhs.args[0], tvm.ir.Constant) and len(rhs.args[0].value.shape) == 2):
-        axes = rhs.attrs.axes
-        return rhs.args[0] if axes is None or [int(a) for a in axes] == [1, 0] else None
-    return None
-
-
-def _padded_weight(rhs: relax.Expr, extra: int) -> relax.Expr:
-    if isinstance(rhs, tvm.ir.Constant):   # [K, N]: zero columns
-        return relax.const(np.pad(rhs.value.numpy(), [(0, 0), (0, extra)]), dtype_of(rhs))
-    weight = rhs.args[0]                    # permute_dims([N, K]): zero rows, transposed as before
-    return relax.op.permute_dims(relax.const(np.pad(weight.value.numpy(), [(0, extra), (0, 0)]),
-                                             dtype_of(weight)), [1, 0])
 
 
 def _pad_last_axis(expr: relax.Expr, extra: int, rank: int) -> relax.Expr:
@@ -151,40 +100,3 @@ def pad_conv_channels(mod: tvm.IRModule, multiple: int | None = None) -> tvm.IRM
 def PadConvChannels(mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IRModule:  # noqa: N802
     """Pass form of :func:`pad_conv_channels` (multiples of one :data:`PAD_BITS` access)."""
     return pad_conv_channels(mod)
-
-
-@relax.expr_functor.mutator
-class _ColumnPadder(relax.PyExprMutator):
-    def __init__(self, mod: tvm.IRModule):
-        super().__init__(mod)
-        self.padded = 0
-
-    def visit_call_(self, call: relax.Call) -> relax.Expr:  # noqa: N802 - visitor API
-        call = super().visit_call_(call)
-        lhs, rhs = call.args if len(call.args) == 2 else (None, None)
-        bound = self.lookup_binding(rhs) if isinstance(rhs, relax.Var) else None
-        rhs = rhs if bound is None else bound
-        extra = column_padding(call, rhs)
-        if not extra:
-            return call
-        product = self.builder_.emit(relax.Call(call.op, [lhs, _padded_weight(rhs, extra)], call.attrs))
-        self.padded += 1
-        return relax.op.strided_slice(product, axes=[-1], begin=[0], end=[static_shape(call)[-1]])
-
-
-def pad_gemm_columns(mod: tvm.IRModule) -> tvm.IRModule:
-    """Pad the constant weight of every GEMM whose column count needs it (:func:`column_padding`)
-    and slice the product back to its columns."""
-    padder = _ColumnPadder(mod)
-    for gvar, func in mod.functions_items():
-        if isinstance(func, relax.Function) and not (func.attrs and "Codegen" in func.attrs):
-            padder.builder_.update_func(gvar, padder.visit_expr(func))
-    if padder.padded:
-        _LOG.info("padded the weight columns of %d GEMMs to multiples of %d bits", padder.padded, PAD_BITS)
-    return padder.builder_.get()
-
-
-@tvm.transform.module_pass(opt_level=0, name="tvm_ext.cutlass.PadGemmColumns")
-def PadGemmColumns(mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IRModule:  # noqa: N802
-    """Pass form of :func:`pad_gemm_columns`."""
-    return pad_gemm_columns(mod)

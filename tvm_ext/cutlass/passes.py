@@ -25,7 +25,8 @@ from .b2b import b2b_patterns
 from .b2b_conv import b2b_conv_patterns
 from .candidates import arch_number
 from .nhwc import convert_conv_to_nhwc
-from .padding import PadConvChannels, PadGemmColumns
+from .gemm_padding import PadGemmExtents
+from .padding import PadConvChannels
 from .patterns import CODEGEN_NAME, OP_KINDS, partition_for_cutlass
 
 _LOG = logging.getLogger(__name__)
@@ -105,9 +106,9 @@ def offload_passes(target: tvm.target.Target, database: str | os.PathLike[str] |
 
 def prepare_passes(ops: tuple[str, ...] = OP_KINDS) -> list[tvm.transform.Pass]:
     """Layout passes before partitioning: NHWC conversion and channel padding for convolutions,
-    column padding of constant GEMM weights."""
+    K and N padding of GEMMs CUTLASS cannot take for their alignment."""
     conv = [convert_conv_to_nhwc, PadConvChannels] if "conv2d" in ops else []
-    return conv + ([PadGemmColumns] if {"matmul", "dense"} & set(ops) else [])
+    return conv + ([PadGemmExtents] if {"matmul", "dense", "batch_matmul"} & set(ops) else [])
 
 
 def b2b_pattern_source(options: dict[str, str]):

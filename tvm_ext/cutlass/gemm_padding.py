@@ -1,0 +1,149 @@
+"""GEMM extents padded to one 128-bit access so CUTLASS can take them (Bolt §3.2.3, for GEMMs).
+
+CUTLASS needs every leading dimension aligned (at least
+:func:`~tvm_ext.cutlass.checks.min_alignment`: two 16-bit elements), so a GEMM whose reduction
+extent ``K`` or column count ``N`` is odd is not offloaded at all and runs on TVM's schedules at a fraction of the
+library's speed: GPT-2's language-model head (``N = 50257``), ViT's attention at 197 tokens
+(``Q @ K^T`` has ``N = 197``, ``P @ V`` has ``K = 197``).
+
+Such an extent is rounded up to one 128-bit access (:func:`~tvm_ext.cutlass.padding.pad_multiple`;
+extents CUTLASS already takes are left as they are):
+
+* ``K``: zero columns on ``A`` and zero rows on ``B``; zero products add nothing to the sums;
+* ``N``: zero columns on ``B``; the product's first ``N`` columns are taken back with an
+  ``R.strided_slice``.
+
+A constant weight (``[K, N]``, or a dense layer's ``[N, K]`` under ``permute_dims``) is padded
+here, at compile time; any other operand through an ``R.nn.pad``. ``R.nn.pad`` and
+``R.strided_slice`` are injective, so fusion puts them into the operand's producer and the
+product's readers (a transpose, a softmax). Only where the extra extent is at most
+:data:`MAX_EXTRA_SHARE` of the extent: for a narrow GEMM (a 2-way classifier) the padding would
+be most of the work. The padded graph computes the same values.
+
+Example
+-------
+>>> mod = PadGemmExtents(mod)   # matmul(x, W[768, 50257]) -> strided_slice(matmul(x, W'[768, 50264]))
+"""
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import tvm
+from tvm import relax
+
+from .checks import OUTPUT_DTYPES, dtype_of, min_alignment, static_shape
+from .padding import PAD_BITS, pad_multiple
+from .precision import input_dtypes
+
+_LOG = logging.getLogger(__name__)
+
+#: Largest share an extent is padded by: at most 1/8 more work.
+MAX_EXTRA_SHARE = 1 / 8
+
+
+def _extra(extent: int, dtype: str) -> int:
+    """Zeros to add to ``extent``: none where CUTLASS already takes it (a multiple of
+    :func:`~tvm_ext.cutlass.checks.min_alignment`), else up to one access, within the share."""
+    if extent % min_alignment(dtype) == 0:
+        return 0
+    extra = -extent % pad_multiple(dtype)
+    return extra if extra <= extent * MAX_EXTRA_SHARE else 0
+
+
+def gemm_padding(call: relax.Call, rhs: relax.Expr | None = None) -> tuple[int, int]:
+    """``(extra K, extra N)`` for a ``relax.matmul`` call (zeros when no padding is needed or
+    allowed). ``rhs``: the value the call's right operand is bound to, when that is a variable."""
+    if not (isinstance(call.op, tvm.ir.Op) and call.op.name == "relax.matmul"):
+        return 0, 0
+    lhs = call.args[0]
+    rhs = call.args[1] if rhs is None else rhs
+    a_shape, b_shape = static_shape(lhs), static_shape(rhs)
+    if a_shape is None or b_shape is None or len(a_shape) < 2 or len(b_shape) < 2:
+        return 0, 0
+    dtype = dtype_of(lhs)
+    if dtype not in input_dtypes() or dtype_of(rhs) != dtype or dtype_of(call) not in OUTPUT_DTYPES:
+        return 0, 0
+    if len(b_shape) > 2 and tuple(a_shape[:-2]) != tuple(b_shape[:-2]):
+        return 0, 0   # broadcast batch axes: CUTLASS takes no such GEMM, padding would not help
+    k, n = b_shape[-2:]
+    if a_shape[-1] != k:
+        return 0, 0
+    return _extra(k, dtype), _extra(n, dtype)
+
+
+def _constant_weight(rhs: relax.Expr) -> tuple[np.ndarray, bool] | None:
+    """The values of a constant 2-D weight and whether they are stored ``[N, K]`` (transposed)."""
+    if isinstance(rhs, tvm.ir.Constant) and len(rhs.value.shape) == 2:
+        return rhs.value.numpy(), False
+    if (isinstance(rhs, relax.Call) and isinstance(rhs.op, tvm.ir.Op) and rhs.op.name == "relax.permute_dims"
+            and isinstance(rhs.args[0], tvm.ir.Constant) and len(rhs.args[0].value.shape) == 2):
+        axes = rhs.attrs.axes
+        if axes is None or [int(a) for a in axes] == [1, 0]:
+            return rhs.args[0].value.numpy(), True
+    return None
+
+
+def _zero_pad(expr: relax.Expr, extras: tuple[int, ...]) -> relax.Expr:
+    """``R.nn.pad`` with zeros after the last ``len(extras)`` axes of ``expr``."""
+    rank = len(static_shape(expr))
+    widths = [0, 0] * (rank - len(extras))
+    for extra in extras:
+        widths += [0, extra]
+    return relax.op.nn.pad(expr, widths)
+
+
+@relax.expr_functor.mutator
+class _GemmPadder(relax.PyExprMutator):
+    def __init__(self, mod: tvm.IRModule):
+        super().__init__(mod)
+        self.padded = 0
+
+    def _rhs(self, rhs: relax.Expr, bound: relax.Expr, k_extra: int, n_extra: int) -> relax.Expr:
+        weight = _constant_weight(bound)
+        if weight is None:
+            return self.builder_.emit(_zero_pad(rhs, (k_extra, n_extra)))
+        values, transposed = weight
+        if transposed:   # [N, K] under permute_dims: zero rows (N) and columns (K), transposed as before
+            padded = relax.const(np.pad(values, [(0, n_extra), (0, k_extra)]), dtype_of(rhs))
+            return self.builder_.emit(relax.op.permute_dims(padded, [1, 0]))
+        return relax.const(np.pad(values, [(0, k_extra), (0, n_extra)]), dtype_of(rhs))
+
+    def visit_call_(self, call: relax.Call) -> relax.Expr:
+        call = super().visit_call_(call)
+        if len(call.args) != 2:
+            return call
+        lhs, rhs = call.args
+        bound = self.lookup_binding(rhs) if isinstance(rhs, relax.Var) else None
+        bound = rhs if bound is None else bound
+        k_extra, n_extra = gemm_padding(call, bound)
+        if not (k_extra or n_extra):
+            return call
+        new_lhs = self.builder_.emit(_zero_pad(lhs, (k_extra,))) if k_extra else lhs
+        new_rhs = self._rhs(rhs, bound, k_extra, n_extra)
+        self.padded += 1
+        product = relax.Call(call.op, [new_lhs, new_rhs], call.attrs)
+        if not n_extra:
+            return product
+        return relax.op.strided_slice(self.builder_.emit(product), axes=[-1], begin=[0],
+                                      end=[static_shape(call)[-1]])
+
+
+def pad_gemm_extents(mod: tvm.IRModule) -> tvm.IRModule:
+    """Pad ``K`` and ``N`` of every GEMM that needs and allows it (:func:`gemm_padding`)."""
+    padder = _GemmPadder(mod)
+    for gvar, func in mod.functions_items():
+        if isinstance(func, relax.Function) and not (func.attrs and "Codegen" in func.attrs):
+            padder.builder_.update_func(gvar, padder.visit_expr(func))
+    if padder.padded:
+        _LOG.info("padded K and/or N of %d GEMMs to multiples of %d bits", padder.padded, PAD_BITS)
+    return padder.builder_.get()
+
+
+@tvm.transform.module_pass(opt_level=0, name="tvm_ext.cutlass.PadGemmExtents")
+def PadGemmExtents(mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IRModule:
+    """Pass form of :func:`pad_gemm_extents`."""
+    return pad_gemm_extents(mod)
+
+
+__all__ = ["MAX_EXTRA_SHARE", "PadGemmExtents", "gemm_padding", "pad_gemm_extents"]
