@@ -51,6 +51,9 @@ SM90_TILES: tuple[tuple[tuple[int, int, int], tuple[int, int, int], str], ...] =
     ((64, 256, 64), (1, 1, 1), "pingpong"), ((128, 128, 64), (1, 2, 1), "cooperative"),
 )
 SPLIT_K = (2, 4, 8, 16)
+#: K iterations (threadblock K steps) a GEMM needs before stream-K variants are offered: with
+#: fewer there is too little K to share out (the same bound serial split-K uses for 4 slices).
+STREAM_K_MIN_ITERATIONS = 16
 
 
 def arch_number(arch: str) -> int:
@@ -116,6 +119,7 @@ def candidates(wl: Workload, arch: str, device: DeviceSpec) -> list[KernelConfig
     align = wl.max_alignment
     bits, inst_k = element_bits(wl.dtype), mma_k(wl.dtype)
     out: list[KernelConfig] = []
+    m, n, k = wl.gemm_mnk
     if uses_3x(wl, arch):
         for (tm, tn, tk), cluster, schedule in SM90_TILES:
             tile = (tm, tn, tk * 16 // bits)
@@ -124,7 +128,11 @@ def candidates(wl: Workload, arch: str, device: DeviceSpec) -> list[KernelConfig
             warps = (2, 1, 1) if schedule == "cooperative" else (1, 1, 1)
             out.append(KernelConfig(API_3X, tile, warps, (64, tn, inst_k), 0, alignment=align,
                                     cluster=cluster, schedule=schedule))
-    m, n, k = wl.gemm_mnk
+            tiles = math.ceil(m / tile[0]) * math.ceil(n / tile[1]) * wl.batch
+            if schedule == "cooperative" and cluster == (1, 1, 1) and tiles < device.sm_count \
+                    and k >= STREAM_K_MIN_ITERATIONS * tile[2]:
+                out.append(KernelConfig(API_3X, tile, warps, (64, tn, inst_k), 0, alignment=align,
+                                        cluster=cluster, schedule=schedule, tile_scheduler="stream_k"))
     swizzles = (4,) if wl.kind == "conv2d" else (8, 1)
     for tb, warps, stages in (SM80_TILES if bits == 16 else SM80_TF32_TILES):
         if not _fits(wl, tb) or _smem_bytes(tb, stages, bits) > device.max_shared_memory_per_block_optin:

@@ -8,6 +8,8 @@ API_2X = "2x"   # CUTLASS 2.x device API (Sm80 tensor-op multistage), runs on sm
 API_3X = "3x"   # CUTLASS 3.x Sm90 collective builder (TMA + warp-group MMA), needs sm_90a
 
 KERNEL_SCHEDULES_3X = ("cooperative", "pingpong")
+#: 3.x tile schedulers: CUTLASS's default, or stream-K.
+TILE_SCHEDULERS_3X = ("", "stream_k")
 
 
 @dataclass(frozen=True)
@@ -37,6 +39,11 @@ class KernelConfig:
         Thread-block cluster shape (3.x).
     schedule : str
         3.x kernel schedule: ``"cooperative"`` or ``"pingpong"``; empty for 2.x.
+    tile_scheduler : str
+        3.x tile scheduler: empty for CUTLASS's default (one CTA per output tile), ``"stream_k"``
+        for its stream-K scheduler (cooperative only): the K iterations of all output tiles are
+        shared out over as many CTAs as fill the SMs, so a GEMM of fewer tiles than SMs (small M at
+        batch 1) still fills them; partial tiles are reduced through a workspace.
     threadblock1, warp_count1 : tuple of int, optional
         Second GEMM of a back-to-back (b2b) kernel; ``threadblock`` / ``warp_count`` are the first.
     residency : str
@@ -54,6 +61,7 @@ class KernelConfig:
     alignment: tuple[int, int, int] = (8, 8, 8)
     cluster: tuple[int, int, int] = (1, 1, 1)
     schedule: str = ""
+    tile_scheduler: str = ""
     threadblock1: tuple[int, int, int] | None = None
     warp_count1: tuple[int, int, int] | None = None
     residency: str = ""
@@ -63,6 +71,10 @@ class KernelConfig:
             raise ValueError(f"api must be '2x' or '3x', got {self.api!r}")
         if self.api == API_3X and self.schedule not in KERNEL_SCHEDULES_3X:
             raise ValueError(f"3.x schedule must be one of {KERNEL_SCHEDULES_3X}, got {self.schedule!r}")
+        if self.tile_scheduler not in TILE_SCHEDULERS_3X:
+            raise ValueError(f"tile_scheduler must be one of {TILE_SCHEDULERS_3X}, got {self.tile_scheduler!r}")
+        if self.tile_scheduler and (self.api != API_3X or self.schedule != "cooperative"):
+            raise ValueError("the stream-K tile scheduler needs a 3.x cooperative kernel")
         for name in ("threadblock", "warp_count", "instruction", "alignment", "cluster"):
             value = getattr(self, name)
             if len(value) != 3 or any(int(v) <= 0 for v in value):
@@ -95,6 +107,7 @@ class KernelConfig:
                 f"_a{fmt(map(str, self.alignment))}")
         if self.api == API_3X:
             text += f"_c{fmt(map(str, self.cluster))}_{self.schedule}"
+            text += "_streamk" if self.tile_scheduler == "stream_k" else ""
         if self.residency:
             text += (f"_b2b{self.residency}_{fmt(map(str, self.threadblock1))}"
                      f"_w{fmt(map(str, self.warp_count1 or ()))}")

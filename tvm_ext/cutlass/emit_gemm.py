@@ -159,8 +159,9 @@ def gemm_operation(wl: GemmWorkload, cfg: KernelConfig, arch: int) -> GemmOperat
                         cl.EpilogueScheduleType.TmaWarpSpecializedCooperative),
         "pingpong": (cl.KernelScheduleType.TmaWarpSpecializedPingpong, cl.EpilogueScheduleType.TmaWarpSpecialized),
     }[cfg.schedule]
+    scheduler = cl.TileSchedulerType.StreamK if cfg.tile_scheduler == "stream_k" else cl.TileSchedulerType.Default
     return GemmOperation(cl.GemmKind.Universal3x, arch, tile, a, b, c, cl.DataType.f32, D=d,
-                         kernel_schedule=kernel, epilogue_schedule=epi, tile_scheduler=cl.TileSchedulerType.Default)
+                         kernel_schedule=kernel, epilogue_schedule=epi, tile_scheduler=scheduler)
 
 
 def emit_gemm(wl: GemmWorkload, cfg: KernelConfig, arch: int, entry: str) -> str:

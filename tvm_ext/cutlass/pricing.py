@@ -5,12 +5,13 @@ kernel description the cost model prices (a :class:`~tvm_ext.select.describe.Ker
 
 * **flops** of the padded tile grid (``ceil(M / tbM) x tbM x ceil(N / tbN) x tbN x K x 2`` per
   batch entry): a tile computes all of its rows and columns even past the problem's edge;
-* **grid**: output tiles x batch x split-K slices; **block**: the configuration's warps (3.x:
-  three warp groups); **shared memory**: the pipeline stages of A and B tiles;
+* **grid**: output tiles x batch x split-K slices (stream-K: one CTA per SM, at most one per
+  K step); **block**: the configuration's warps (3.x: three warp groups); **shared memory**: the
+  pipeline stages of A and B tiles;
 * **global bytes** as the tiling reads them: every CTA reads its ``tbM x K`` rows of A and
   ``K x tbN`` columns of B, so A is read ``ceil(N / tbN)`` times and B ``ceil(M / tbM)`` times;
   the output (and an epilogue source) once; serial split-K reads and writes the output once more
-  per extra slice. The distinct bytes are the operands and the output once each;
+  per extra slice, stream-K an fp32 partial tile per extra CTA of a tile. The distinct bytes are the operands and the output once each;
 * **DRAM bytes**: the distinct bytes when they fit in L2; else per *wave* of CTAs (the resident
   CTAs, from the occupancy calculator): CUTLASS rasterizes tiles in swizzled bands, so a wave's
   output tiles form a near-square ``a x b`` patch reading ``a`` row bands of A and ``b`` column
@@ -62,15 +63,28 @@ def describe(wl, cfg: KernelConfig, device: DeviceSpec) -> KernelDescription:
     a, b, out = m * k * ib * batch, k * n * ib * (batch if getattr(wl, "b_batched", False) else 1), m * n * ob * batch
     source = getattr(getattr(wl, "epilogue", None), "source", "")
     c = out if source in ("residual", "bias_residual") else (n * ob if source == "bias" else 0)
-    global_bytes = a * tiles_n + b * tiles_m + out + c + 2 * (cfg.split_k - 1) * out
+    grid, partial = tiles_m * tiles_n * batch * cfg.split_k, 2 * (cfg.split_k - 1) * out
+    if cfg.tile_scheduler == "stream_k":
+        grid, partial = _stream_k(tiles_m * tiles_n * batch, math.ceil(k / tbk), tbm * tbn, device)
+    global_bytes = a * tiles_n + b * tiles_m + out + c + partial
     stages = max(cfg.stages, 2)
-    launch = LaunchShape(grid=tiles_m * tiles_n * batch * cfg.split_k,
+    launch = LaunchShape(grid=grid,
                          threads=THREADS_3X if cfg.api == API_3X else cfg.threads,
                          shared_bytes=stages * (tbm + tbn) * tbk * ib)
     path = CodePath.WGMMA if cfg.api == API_3X else CodePath.MMA_SYNC
     unique = a + b + out + c
     return KernelDescription(flops, global_bytes, unique, launch, path, math_dtype(wl.dtype),
                              dram_bytes=_dram_bytes(wl, cfg, device, launch, unique, global_bytes, out + c))
+
+
+def _stream_k(tiles: int, iterations: int, tile_elements: int, device: DeviceSpec) -> tuple[int, int]:
+    """Grid and partial-sum bytes of a stream-K kernel: one cooperative CTA per SM (its stages fill
+    shared memory) shares out the ``tiles x iterations`` K steps; each tile split over ``s`` CTAs
+    writes and reads ``s - 1`` fp32 partial tiles through the workspace (CUTLASS's
+    ``StreamKScheduler``; its heuristic may choose fewer CTAs, which this does not model)."""
+    grid = max(1, min(device.sm_count, tiles * iterations))
+    splits = max(1, grid // tiles)
+    return grid, 2 * (splits - 1) * tiles * tile_elements * 4
 
 
 def _dram_bytes(wl, cfg: KernelConfig, device: DeviceSpec, launch: LaunchShape, unique: int, moved: int,
