@@ -102,35 +102,27 @@ def test_tanh_form_becomes_gelu_tanh_applied_before_the_reshape():
     tvm.ir.assert_structural_equal(CLEAN(TanhWrittenOut), GeluTanhBeforeTheReshapes)
 
 
-@I.ir_module
-class WrongConstant:
-    @R.function
-    def main(x: R.Tensor((4, 8), "float32")) -> R.Tensor((4, 8), "float32"):
-        with R.dataflow():
-            a = R.divide(x, R.const(1.5, "float32"))
-            b = R.erf(a)
-            c = R.add(b, R.const(1.0, "float32"))
-            d = R.multiply(x, c)
-            e = R.multiply(d, R.const(0.5, "float32"))
-            R.output(e)
-        return e
+def _erf_gelu(scale: float = 1.4142135381698608, erf_of_other: bool = False) -> tvm.IRModule:
+    """``x * (erf(v / scale) + 1) * 0.5`` with ``v = x``, or another input (``erf_of_other``)."""
+    bb = relax.BlockBuilder()
+    ty = relax.TensorType((4, 8), "float32")
+    x, y = relax.Var("x", ty), relax.Var("y", ty)
+    with bb.function("main", [x, y] if erf_of_other else [x]):
+        with bb.dataflow():
+            a = bb.emit(relax.op.divide(y if erf_of_other else x, relax.const(scale, "float32")))
+            c = bb.emit(relax.op.add(bb.emit(relax.op.erf(a)), relax.const(1.0, "float32")))
+            e = bb.emit(relax.op.multiply(bb.emit(relax.op.multiply(x, c)), relax.const(0.5, "float32")))
+            out = bb.emit_output(e)
+        bb.emit_func_output(out)
+    return bb.get()
 
 
-@I.ir_module
-class TwoInputs:
-    @R.function
-    def main(x: R.Tensor((4, 8), "float32"), y: R.Tensor((4, 8), "float32")) -> R.Tensor((4, 8), "float32"):
-        with R.dataflow():
-            a = R.divide(y, R.const(1.4142135381698608, "float32"))
-            b = R.erf(a)
-            c = R.add(b, R.const(1.0, "float32"))
-            d = R.multiply(x, c)
-            e = R.multiply(d, R.const(0.5, "float32"))
-            R.output(e)
-        return e
+def test_the_builder_writes_what_the_export_holds():
+    tvm.ir.assert_structural_equal(CLEAN(_erf_gelu()), Gelu)
 
 
-@pytest.mark.parametrize("mod", [WrongConstant, TwoInputs], ids=["scale-1.5", "erf-of-another-tensor"])
+@pytest.mark.parametrize("mod", [_erf_gelu(scale=1.5), _erf_gelu(erf_of_other=True)],
+                         ids=["scale-1.5", "erf-of-another-tensor"])
 def test_what_is_not_gelu_is_left_alone(mod):
     tvm.ir.assert_structural_equal(CLEAN(mod), mod)
 
