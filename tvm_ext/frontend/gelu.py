@@ -75,7 +75,7 @@ class _Form:
             self.op = relax.op.nn.gelu_tanh
         self.pattern = _product_of_three(self.x, _commuted("relax.add", core, self.one), self.half)
 
-    def _close(self, const: relax.Constant, values: tuple[float, ...]) -> bool:
+    def _close(self, const: tvm.ir.Constant, values: tuple[float, ...]) -> bool:
         data = const.value.numpy()
         if data.size != 1 or not (np.issubdtype(data.dtype, np.floating) or np.issubdtype(data.dtype, np.integer)):
             return False
