@@ -84,3 +84,10 @@ def test_not_padded(n):
     """64 and 58 CUTLASS takes as they are; 9 -> 16 would be 78% more work (MAX_EXTRA_SHARE)."""
     mod = _weight_model(n, dense=False)
     tvm.ir.assert_structural_equal(pad_gemm_extents(mod), mod)
+
+
+def test_one_extent_padded_only_when_the_other_then_suits_cutlass():
+    """K = 101 could take 3 zeros, but N = 9 would need 7 (78%): CUTLASS would refuse the GEMM
+    either way, so neither is padded."""
+    mod = _weight_model(9, dense=False, k=101)
+    tvm.ir.assert_structural_equal(pad_gemm_extents(mod), mod)

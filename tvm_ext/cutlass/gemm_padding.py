@@ -18,7 +18,8 @@ here, at compile time; any other operand through an ``R.nn.pad``. ``R.nn.pad`` a
 ``R.strided_slice`` are injective, so fusion puts them into the operand's producer and the
 product's readers (a transpose, a softmax). Only where the extra extent is at most
 :data:`MAX_EXTRA_SHARE` of the extent: for a narrow GEMM (a 2-way classifier) the padding would
-be most of the work. The padded graph computes the same values.
+be most of the work; and only where both extents then suit CUTLASS (a padded ``K`` beside an odd
+``N`` too narrow to pad would be work for nothing). The padded graph computes the same values.
 
 Example
 -------
@@ -69,7 +70,10 @@ def gemm_padding(call: relax.Call, rhs: relax.Expr | None = None) -> tuple[int, 
     k, n = b_shape[-2:]
     if a_shape[-1] != k:
         return 0, 0
-    return _extra(k, dtype), _extra(n, dtype)
+    extra = _extra(k, dtype), _extra(n, dtype)
+    if any((extent + pad) % min_alignment(dtype) for extent, pad in zip((k, n), extra)):
+        return 0, 0   # the other extent stays unaligned: CUTLASS would still refuse, padding is waste
+    return extra
 
 
 def _constant_weight(rhs: relax.Expr) -> tuple[np.ndarray, bool] | None:
