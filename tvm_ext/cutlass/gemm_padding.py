@@ -34,7 +34,7 @@ import tvm
 from tvm import relax
 
 from .checks import OUTPUT_DTYPES, dtype_of, min_alignment, static_shape
-from .padding import PAD_BITS, pad_multiple
+from .padding import PAD_BITS, pad_multiple, rewrite_graph_functions, zero_pad_last_axes
 from .precision import input_dtypes
 
 _LOG = logging.getLogger(__name__)
@@ -88,15 +88,6 @@ def _constant_weight(rhs: relax.Expr) -> tuple[np.ndarray, bool] | None:
     return None
 
 
-def _zero_pad(expr: relax.Expr, extras: tuple[int, ...]) -> relax.Expr:
-    """``R.nn.pad`` with zeros after the last ``len(extras)`` axes of ``expr``."""
-    rank = len(static_shape(expr))
-    widths = [0, 0] * (rank - len(extras))
-    for extra in extras:
-        widths += [0, extra]
-    return relax.op.nn.pad(expr, widths)
-
-
 @relax.expr_functor.mutator
 class _GemmPadder(relax.PyExprMutator):
     def __init__(self, mod: tvm.IRModule):
@@ -106,7 +97,7 @@ class _GemmPadder(relax.PyExprMutator):
     def _rhs(self, rhs: relax.Expr, bound: relax.Expr, k_extra: int, n_extra: int) -> relax.Expr:
         weight = _constant_weight(bound)
         if weight is None:
-            return self.builder_.emit(_zero_pad(rhs, (k_extra, n_extra)))
+            return self.builder_.emit(zero_pad_last_axes(rhs, (k_extra, n_extra)))
         values, transposed = weight
         if transposed:   # [N, K] under permute_dims: zero rows (N) and columns (K), transposed as before
             padded = relax.const(np.pad(values, [(0, n_extra), (0, k_extra)]), dtype_of(rhs))
@@ -123,7 +114,7 @@ class _GemmPadder(relax.PyExprMutator):
         k_extra, n_extra = gemm_padding(call, bound)
         if not (k_extra or n_extra):
             return call
-        new_lhs = self.builder_.emit(_zero_pad(lhs, (k_extra,))) if k_extra else lhs
+        new_lhs = self.builder_.emit(zero_pad_last_axes(lhs, (k_extra,))) if k_extra else lhs
         new_rhs = self._rhs(rhs, bound, k_extra, n_extra)
         self.padded += 1
         product = relax.Call(call.op, [new_lhs, new_rhs], call.attrs)
@@ -136,12 +127,10 @@ class _GemmPadder(relax.PyExprMutator):
 def pad_gemm_extents(mod: tvm.IRModule) -> tvm.IRModule:
     """Pad ``K`` and ``N`` of every GEMM that needs and allows it (:func:`gemm_padding`)."""
     padder = _GemmPadder(mod)
-    for gvar, func in mod.functions_items():
-        if isinstance(func, relax.Function) and not (func.attrs and "Codegen" in func.attrs):
-            padder.builder_.update_func(gvar, padder.visit_expr(func))
+    out = rewrite_graph_functions(padder, mod)
     if padder.padded:
         _LOG.info("padded K and/or N of %d GEMMs to multiples of %d bits", padder.padded, PAD_BITS)
-    return padder.builder_.get()
+    return out
 
 
 @tvm.transform.module_pass(opt_level=0, name="tvm_ext.cutlass.PadGemmExtents")

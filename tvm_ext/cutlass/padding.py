@@ -56,8 +56,21 @@ def channel_padding(call: relax.Call, multiple: int | None = None) -> int:
     return -channels % (multiple or pad_multiple(dtype_of(data)))
 
 
-def _pad_last_axis(expr: relax.Expr, extra: int, rank: int) -> relax.Expr:
-    return relax.op.nn.pad(expr, [0, 0] * (rank - 1) + [0, extra])
+def zero_pad_last_axes(expr: relax.Expr, extras: tuple[int, ...]) -> relax.Expr:
+    """``R.nn.pad`` with zeros after the last ``len(extras)`` axes of ``expr`` (static rank)."""
+    widths = [0, 0] * (len(static_shape(expr)) - len(extras))
+    for extra in extras:
+        widths += [0, extra]
+    return relax.op.nn.pad(expr, widths)
+
+
+def rewrite_graph_functions(mutator: relax.PyExprMutator, mod: tvm.IRModule) -> tvm.IRModule:
+    """``mod`` with ``mutator`` (made over ``mod``) run on every Relax function not yet offloaded
+    (no ``Codegen`` attribute)."""
+    for gvar, func in mod.functions_items():
+        if isinstance(func, relax.Function) and not (func.attrs and "Codegen" in func.attrs):
+            mutator.builder_.update_func(gvar, mutator.visit_expr(func))
+    return mutator.builder_.get()
 
 
 @relax.expr_functor.mutator
@@ -77,8 +90,8 @@ class _ChannelPadder(relax.PyExprMutator):
             values = weight.value.numpy()
             new_weight = relax.const(np.pad(values, [(0, 0)] * 3 + [(0, extra)]), dtype_of(weight))
         else:
-            new_weight = self.builder_.emit(_pad_last_axis(weight, extra, 4))
-        new_data = self.builder_.emit(_pad_last_axis(data, extra, 4))
+            new_weight = self.builder_.emit(zero_pad_last_axes(weight, (extra,)))
+        new_data = self.builder_.emit(zero_pad_last_axes(data, (extra,)))
         self.padded += 1
         return relax.Call(call.op, [new_data, new_weight], call.attrs)
 
@@ -87,13 +100,11 @@ def pad_conv_channels(mod: tvm.IRModule, multiple: int | None = None) -> tvm.IRM
     """Pad the input channels of every NHWC/OHWI conv2d CUTLASS may take to a multiple of ``multiple``
     (default: one 128-bit access of its dtype, :func:`pad_multiple`)."""
     padder = _ChannelPadder(mod, multiple)
-    for gvar, func in mod.functions_items():
-        if isinstance(func, relax.Function) and not (func.attrs and "Codegen" in func.attrs):
-            padder.builder_.update_func(gvar, padder.visit_expr(func))
+    out = rewrite_graph_functions(padder, mod)
     if padder.padded:
         _LOG.info("padded the input channels of %d convolutions to multiples of %s", padder.padded,
                   multiple or f"{PAD_BITS} bits")
-    return padder.builder_.get()
+    return out
 
 
 @tvm.transform.module_pass(opt_level=0, name="tvm_ext.cutlass.PadConvChannels")
