@@ -102,16 +102,17 @@ def test_tanh_form_becomes_gelu_tanh_applied_before_the_reshape():
     tvm.ir.assert_structural_equal(CLEAN(TanhWrittenOut), GeluTanhBeforeTheReshapes)
 
 
-def _erf_gelu(scale: float = 1.4142135381698608, erf_of_other: bool = False) -> tvm.IRModule:
-    """``x * (erf(v / scale) + 1) * 0.5`` with ``v = x``, or another input (``erf_of_other``)."""
+def _erf_gelu(scale: float = 1.4142135381698608, erf_of_other: bool = False, dtype: str = "float32") -> tvm.IRModule:
+    """``x * (erf(v / scale) + 1) * 0.5`` with ``v = x``, or another input (``erf_of_other``), its
+    constants stored in ``dtype`` as an export in that dtype holds them."""
     bb = relax.BlockBuilder()
-    ty = relax.TensorType((4, 8), "float32")
+    ty = relax.TensorType((4, 8), dtype)
     x, y = relax.Var("x", ty), relax.Var("y", ty)
     with bb.function("main", [x, y] if erf_of_other else [x]):
         with bb.dataflow():
-            a = bb.emit(relax.op.divide(y if erf_of_other else x, relax.const(scale, "float32")))
-            c = bb.emit(relax.op.add(bb.emit(relax.op.erf(a)), relax.const(1.0, "float32")))
-            e = bb.emit(relax.op.multiply(bb.emit(relax.op.multiply(x, c)), relax.const(0.5, "float32")))
+            a = bb.emit(relax.op.divide(y if erf_of_other else x, relax.const(scale, dtype)))
+            c = bb.emit(relax.op.add(bb.emit(relax.op.erf(a)), relax.const(1.0, dtype)))
+            e = bb.emit(relax.op.multiply(bb.emit(relax.op.multiply(x, c)), relax.const(0.5, dtype)))
             out = bb.emit_output(e)
         bb.emit_func_output(out)
     return bb.get()
@@ -119,6 +120,14 @@ def _erf_gelu(scale: float = 1.4142135381698608, erf_of_other: bool = False) -> 
 
 def test_the_builder_writes_what_the_export_holds():
     tvm.ir.assert_structural_equal(CLEAN(_erf_gelu()), Gelu)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_an_export_in_a_narrow_float_is_recognised(dtype):
+    """sqrt(2) rounds to 1.4140625 in float16 (1.1e-4 off) and to 1.4140625 in bfloat16 too:
+    within the constant's own rounding, not within float32's tolerance."""
+    body = CLEAN(_erf_gelu(dtype=dtype))["main"].body.blocks[0].bindings
+    assert [b.value.op.name for b in body] == ["relax.nn.gelu"]
 
 
 @pytest.mark.parametrize("mod", [_erf_gelu(scale=1.5), _erf_gelu(erf_of_other=True)],

@@ -11,7 +11,8 @@ epilogue takes: every preset then runs it as its own kernel or fuses it as TVM c
 operator it is an activation CUTLASS fuses into the GEMM's epilogue (``dense_bias_gelu``),
 as TensorRT's and onnxruntime's GELU fusions do. The factors and sums may come in any order or
 grouping, ``x / sqrt(2)`` may be ``x * (1 / sqrt(2))`` and ``x ** 3`` may be ``x * x * x``; each
-constant must be a scalar within :data:`RTOL` of its value. A written-out form whose parts are
+constant must be a scalar within :data:`RTOL` of its value (a float16 or bfloat16 one within
+its own rounding). A written-out form whose parts are
 also read elsewhere is still replaced (the parts stay for their other readers).
 
 A GELU of a reshaped value is applied before the reshape (an elementwise operator commutes with
@@ -28,7 +29,6 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 import tvm
 import tvm_ffi
 from tvm import relax
@@ -36,8 +36,10 @@ from tvm.relax.dpl import DFPattern, is_const, is_op, rewrite_call, wildcard
 
 from ..ir_update import with_functions
 
-#: Relative tolerance of a constant against its exact value (the exporters write float32).
+#: Relative tolerance of a float32 constant against its exact value; a narrower float constant
+#: (a model exported in float16 or bfloat16) is allowed its own rounding, one unit in the last place.
 RTOL = 1e-4
+_ULP = {"float16": 2.0 ** -10, "bfloat16": 2.0 ** -7}
 
 _HALF, _ONE, _SQRT2, _INV_SQRT2 = 0.5, 1.0, math.sqrt(2.0), 1.0 / math.sqrt(2.0)
 _TANH_SCALE, _CUBE_COEFF, _THREE = math.sqrt(2.0 / math.pi), 0.044715, 3.0
@@ -76,11 +78,12 @@ class _Form:
         self.pattern = _product_of_three(self.x, _commuted("relax.add", core, self.one), self.half)
 
     def _close(self, const: tvm.ir.Constant, values: tuple[float, ...]) -> bool:
-        data = const.value.numpy()
-        if data.size != 1 or not (np.issubdtype(data.dtype, np.floating) or np.issubdtype(data.dtype, np.integer)):
+        dtype = str(const.ty.dtype)
+        if not (dtype.startswith(("float", "bfloat", "int", "uint"))) or const.value.numpy().size != 1:
             return False
-        value = float(data.reshape(()))
-        return any(math.isclose(value, v, rel_tol=RTOL) for v in values)
+        value = float(const.value.numpy().astype("float32").reshape(()))
+        tolerance = max(RTOL, _ULP.get(dtype, 0.0))
+        return any(math.isclose(value, v, rel_tol=tolerance) for v in values)
 
     def rewrite(self, expr: relax.Expr, matches: dict) -> relax.Expr:
         """``R.nn.gelu(x)`` for a match whose constants are GELU's, else ``expr`` unchanged."""
