@@ -68,7 +68,8 @@ def gemm_kernels(report: dict, min_flops: float, device: DeviceSpec) -> list[Gem
         group = groups.get(launch["func"])
         if group is None or group["flops"] < min_flops:
             continue
-        rows.append(GemmKernel(f"{Path(str(report['model'])).stem} {_arch(report)}", launch["func"], launch["generator"],
+        model = f"{Path(str(report['model'])).stem} {_arch(report)}"
+        rows.append(GemmKernel(model, launch["func"], launch["generator"],
                                launch["calls"], group["flops"], group["traffic_bytes"], launch["modelled_s"],
                                launch_s * launch.get("kernels_per_call", 1)))
     return rows

@@ -2,8 +2,8 @@
 
 CUTLASS needs every leading dimension aligned (at least
 :func:`~tvm_ext.cutlass.checks.min_alignment`: two 16-bit elements), so a GEMM whose reduction
-extent ``K`` or column count ``N`` is odd is not offloaded at all and runs on TVM's schedules at a fraction of the
-library's speed: GPT-2's language-model head (``N = 50257``), ViT's attention at 197 tokens
+extent ``K`` or column count ``N`` is odd is not offloaded at all and runs on TVM's schedules at
+a fraction of the library's speed: GPT-2's language-model head (``N = 50257``), ViT's attention at 197 tokens
 (``Q @ K^T`` has ``N = 197``, ``P @ V`` has ``K = 197``).
 
 Such an extent is rounded up to one 128-bit access (:func:`~tvm_ext.cutlass.padding.pad_multiple`;

@@ -11,7 +11,8 @@ kernel description the cost model prices (a :class:`~tvm_ext.select.describe.Ker
 * **global bytes** as the tiling reads them: every CTA reads its ``tbM x K`` rows of A and
   ``K x tbN`` columns of B, so A is read ``ceil(N / tbN)`` times and B ``ceil(M / tbM)`` times;
   the output (and an epilogue source) once; serial split-K reads and writes the output once more
-  per extra slice, stream-K an fp32 partial tile per extra CTA of a tile. The distinct bytes are the operands and the output once each;
+  per extra slice, stream-K an fp32 partial tile per extra CTA of a tile. The distinct bytes are
+  the operands and the output once each;
 * **DRAM bytes**: the distinct bytes when they fit in L2; else per *wave* of CTAs (the resident
   CTAs, from the occupancy calculator): CUTLASS rasterizes tiles in swizzled bands, so a wave's
   output tiles form a near-square ``a x b`` patch reading ``a`` row bands of A and ``b`` column

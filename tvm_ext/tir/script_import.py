@@ -14,7 +14,8 @@ tvm.s_tir.tensor_intrin.cuda"``, timed with and without, 2026-11-28).
 third one's (``utils.is_defined_in_class``); the rest it reads for their frame objects. Imported
 from inside a compile (about 60 frames deep: pass infrastructure, generators), the import took
 9.3 s against 5.6 s at the top of a script; so inside the block ``inspect.stack`` reads source
-for the first :data:`CONTEXT_FRAMES` frames only (``code_context`` is ``None`` beyond them, and their file is the code object's).
+for the first :data:`CONTEXT_FRAMES` frames only (``code_context`` is ``None`` beyond them, and
+their file is the code object's).
 
 The lookup answers ``None`` at once for a frame or code object whose file is a ``<...>``
 pseudo-name: the answer the scan gives, since a loaded module's file is a path (the scan matches
