@@ -73,7 +73,7 @@ def test_every_offload_passes_the_contract_check(suite):
     assert len(checked) == sum(plan.offloads.values())
     bad = [f"{model} {arch} {r.line()}" for model, arch, r in checked if not r.ok]
     assert not bad, "\n".join(bad)
-    assert {r.family for _, _, r in checked} >= {"gemm_2x", "gemm_3x", "conv2d_2x"}
+    assert {r.family for _, _, r in checked} >= {"gemm_2x", "gemm_3x", "conv2d_2x", "attention"}
 
 
 def test_glue_of_every_model_compiles(suite):
@@ -100,5 +100,6 @@ def test_suite_exercises_the_epilogues_and_apis(suite):
     users = {u for i in plan.all_instances() for u in i.users}
     assert any(k.startswith("conv2d_fprop|") and "|bias_residual_relu|" in k for k in keys["sm_80"])  # ResNet
     assert any(k.startswith("gemm|") and "|bias_residual|" in k for k in keys["sm_80"])  # BERT
+    assert all(any(k.startswith("attention|") for k in keys[arch]) for arch in ARCHS)  # BERT's attention cores
     assert any("|3x_" in k for k in keys["sm_90a"]) and not any("|3x_" in k for k in keys["sm_80"])
     assert any(u.startswith("resnet50_b1_fp32/") for u in users)

@@ -21,6 +21,7 @@ import tvm
 from ..hardware import DeviceSpec
 from .config import API_2X, API_3X, KernelConfig
 from .workload import Workload
+from .attention import ATTENTION, attention_configs
 
 #: (threadblock, warp_count, stages) for Sm80 16-bit tensor-op kernels (instruction 16x8x16).
 SM80_TILES: tuple[tuple[tuple[int, int, int], tuple[int, int, int], int], ...] = (
@@ -116,6 +117,8 @@ def candidates(wl: Workload, arch: str, device: DeviceSpec) -> list[KernelConfig
     """All pruned candidates for the workload on ``arch`` (``sm_80``..., ``sm_90a``)."""
     if arch_number(arch) < 80:
         return []
+    if wl.kind == ATTENTION:
+        return attention_configs(wl)
     align = wl.max_alignment
     bits, inst_k = element_bits(wl.dtype), mma_k(wl.dtype)
     out: list[KernelConfig] = []

@@ -244,8 +244,10 @@ def call_path(call: ContractCall) -> str:
     or by instance (batched operands, split-K, convolution stride, TF32, narrow vectors)."""
     wl, cfg = call.offload.workload, call.kernel.config
     kind = {"gemm": f"GEMM {'3.x' if cfg.api == '3x' else '2.x'}", "conv2d": "conv2d", "b2b_gemm": "b2b GEMM",
-            "b2b_conv2d": "b2b conv2d"}[wl.kind]
+            "b2b_conv2d": "b2b conv2d", "attention": "fused attention"}[wl.kind]
     parts = [kind, wl.epilogue.suffix.strip("_") or "plain"]
+    if wl.kind == "attention":
+        parts[1] = "causal" if wl.causal else parts[1]
     if wl.kind == "gemm" and wl.batch > 1:
         parts.append("batched B" if wl.b_batched else "batched A, shared B")
     if cfg.split_k > 1:

@@ -157,9 +157,32 @@ def _b2b_conv(off: Offload, t: Mapping[str, np.ndarray], idx: np.ndarray) -> np.
     return np.array(out)
 
 
+def _attention(off: Offload, t: Mapping[str, np.ndarray], idx: np.ndarray) -> np.ndarray:
+    """``softmax(Q K^T * scale + bias) V`` at flat indices of the ``[B, M, H, Dv]`` output, with the
+    operands viewed through the layouts the composite reads them in."""
+    wl = off.workload
+    q, k, v = (op.to_logical(t[role]) for op, role in ((wl.q, "q"), (wl.k, "k"), (wl.v, "v")))
+    batch, heads = wl.batch_heads
+    bias = None
+    if ROLE_BIAS in t:
+        shape = (1,) * (4 - len(wl.bias_shape)) + tuple(wl.bias_shape)
+        bias = np.broadcast_to(t[ROLE_BIAS].reshape(shape), (batch, heads, wl.m, wl.n))
+    b, m, h, d = np.unravel_index(idx, (batch, wl.m, heads, wl.dv))
+    out = np.empty(len(idx))
+    for i in range(len(idx)):
+        s = k[b[i], h[i]] @ q[b[i], h[i], m[i]] * wl.scale
+        if bias is not None:
+            s = s + bias[b[i], h[i], m[i]]
+        if wl.causal:
+            s[m[i] + 1:] = -np.inf
+        e = np.exp(s - s.max())
+        out[i] = e @ v[b[i], h[i], :, d[i]] / e.sum()
+    return rounded(out, wl.dtype)
+
+
 #: workload kind -> ``reference(offload, tensors by role, flat output indices) -> values``.
 REFERENCES: dict[str, Callable[[Offload, Mapping[str, np.ndarray], np.ndarray], np.ndarray]] = {
-    "gemm": _gemm, "conv2d": _conv, "b2b_gemm": _b2b_gemm, "b2b_conv2d": _b2b_conv,
+    "gemm": _gemm, "conv2d": _conv, "b2b_gemm": _b2b_gemm, "b2b_conv2d": _b2b_conv, "attention": _attention,
 }
 
 

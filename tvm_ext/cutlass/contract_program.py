@@ -37,12 +37,10 @@ from .instance import Kernel
 from .config import API_3X
 from .emit_gemm import ARGS_HEADER
 from .errors import CutlassSetupError
-from .nvcc import cache_dir, compile_object, source_key, tvm_ffi_include
+from .nvcc import OWN_INCLUDE, cache_dir, compile_object, source_key, tvm_ffi_include
 from .workload import ROLE_A, ROLE_B, ROLE_SCALAR, Offload
-from .wrapper import compile_glue, emit_glue
+from .wrapper import INPUT_ROLES, compile_glue, emit_glue
 
-#: The package's own C++ headers (the contract hook and the program's driver).
-INCLUDE_DIR = Path(__file__).parent / "include"
 _DL_CODES = {"float16": (2, 16), "bfloat16": (4, 16), "float32": (2, 32)}
 _INCLUDE_LINE = re.compile(r"^\s*#\s*include\s*[<\"].*[>\"]\s*$", re.MULTILINE)
 #: Seconds a program may run (emulating a few dozen outputs per call takes milliseconds).
@@ -94,7 +92,7 @@ def params_of(call: ContractCall) -> list[ProgramParam]:
     out_dtype = getattr(wl, "out_dtype", wl.final_dtype)
     params = []
     for i, (role, shape) in enumerate(zip(call.offload.roles, call.offload.param_shapes)):
-        dtype = wl.dtype if role in (ROLE_A, ROLE_B, "b1", ROLE_SCALAR) else out_dtype
+        dtype = wl.dtype if role in (*INPUT_ROLES, ROLE_SCALAR) else out_dtype
         params.append(ProgramParam(f"p{i}", role, tuple(shape), dtype, i + 1, shift.get(f"p{i}", 0)))
     params.append(ProgramParam("out", "out", tuple(call.offload.out_shape), wl.final_dtype, 0, shift.get("out", 0)))
     return params
@@ -103,7 +101,7 @@ def params_of(call: ContractCall) -> list[ProgramParam]:
 @lru_cache(maxsize=1)
 def headers_digest() -> str:
     """Hash of the contract headers: a changed header invalidates every cached result."""
-    texts = [p.read_text() for p in sorted((INCLUDE_DIR / "tvm_ext_cutlass").glob("*.h"))]
+    texts = [p.read_text() for p in sorted((OWN_INCLUDE / "tvm_ext_cutlass").glob("*.h"))]
     return source_key("\0".join(texts), ["contract-headers"])
 
 
@@ -113,7 +111,7 @@ def contract_flags(arch: str) -> list[str]:
     sm = arch.replace("sm_", "")
     return ["-std=c++17", "-O1", "-DNDEBUG", "-DTVM_EXT_CUTLASS_CONTRACT", "-DCUTLASS_ENABLE_TENSOR_CORE_MMA=1",
             "--expt-relaxed-constexpr", "-w", "-Xcompiler=-fPIC", "-gencode", f"arch=compute_{sm},code=compute_{sm}",
-            f"-I{INCLUDE_DIR}", f"-DTVM_EXT_CONTRACT_HEADERS={headers_digest()}"]
+            f"-I{OWN_INCLUDE}", f"-DTVM_EXT_CONTRACT_HEADERS={headers_digest()}"]
 
 
 def instance_unit(kernels: Sequence[Kernel]) -> str:
@@ -155,7 +153,7 @@ def main_unit(calls: Sequence[ContractCall]) -> str:
 
 def _gxx(source: str, tag: str) -> Path:
     """Compile the main with g++ (cached by content)."""
-    flags = ["-std=c++17", "-O1", "-fPIC", "-c", f"-I{INCLUDE_DIR}", f"-I{tvm_ffi_include()}"]
+    flags = ["-std=c++17", "-O1", "-fPIC", "-c", f"-I{OWN_INCLUDE}", f"-I{tvm_ffi_include()}"]
     target = cache_dir() / (source_key(source, flags + [tag, headers_digest()]) + ".o")
     if target.exists():
         return target

@@ -43,6 +43,14 @@ struct TvmExtB2bGemmArgs {
   const void* a0; const void* b0; const void* bias0; const void* b1; const void* bias1; void* d;
   cudaStream_t stream;
 };
+struct TvmExtAttentionArgs {
+  int64_t batch, heads, m, n, d, dv;
+  int64_t q_stride_b, q_stride_h, q_stride_m, k_stride_b, k_stride_h, k_stride_m;
+  int64_t v_stride_b, v_stride_h, v_stride_m, bias_stride_b, bias_stride_h, bias_stride_m, o_stride_m;
+  float scale; int causal;
+  const void* q; const void* k; const void* v; const void* bias; void* o;
+  cudaStream_t stream;
+};
 struct TvmExtB2bConv2dArgs {
   int64_t n, h, w, c, k0, r, s, p, q, pad_h, pad_w, stride_h, stride_w, k1;
   const void* x; const void* w0; const void* bias0; const void* w1; const void* bias1; void* y;

@@ -16,7 +16,9 @@ extents CUTLASS already takes are left as they are):
 A constant weight (``[K, N]``, or a dense layer's ``[N, K]`` under ``permute_dims``) is padded
 here, at compile time; any other operand through an ``R.nn.pad``. ``R.nn.pad`` and
 ``R.strided_slice`` are injective, so fusion puts them into the operand's producer and the
-product's readers (a transpose, a softmax). Only where the extra extent is at most
+product's readers (a transpose, a softmax). The two products of an attention core that the fused
+attention kernel takes (:func:`~tvm_ext.cutlass.attention.attention_products`: any sequence
+length) are left alone, so the core stays one match. Only where the extra extent is at most
 :data:`MAX_EXTRA_SHARE` of the extent: for a narrow GEMM (a 2-way classifier) the padding would
 be most of the work; and only where both extents then suit CUTLASS (a padded ``K`` beside an odd
 ``N`` too narrow to pad would be work for nothing). The padded graph computes the same values.
@@ -36,6 +38,7 @@ from tvm import relax
 from .checks import OUTPUT_DTYPES, dtype_of, min_alignment, static_shape
 from .padding import PAD_BITS, pad_multiple, rewrite_graph_functions, zero_pad_last_axes
 from .precision import input_dtypes
+from .attention import attention_products
 
 _LOG = logging.getLogger(__name__)
 
@@ -93,6 +96,12 @@ class _GemmPadder(relax.PyExprMutator):
     def __init__(self, mod: tvm.IRModule):
         super().__init__(mod)
         self.padded = 0
+        # the fused attention kernel takes any sequence length: its cores' products stay as they are
+        self.attention = []
+        for _, func in mod.functions_items():
+            if isinstance(func, relax.Function):
+                values = {b.var: b.value for block in func.body.blocks for b in block.bindings}
+                self.attention += [values[v] for v in attention_products(func) if v in values]
 
     def _rhs(self, rhs: relax.Expr, bound: relax.Expr, k_extra: int, n_extra: int) -> relax.Expr:
         weight = _constant_weight(bound)
@@ -105,8 +114,9 @@ class _GemmPadder(relax.PyExprMutator):
         return relax.const(np.pad(values, [(0, k_extra), (0, n_extra)]), dtype_of(rhs))
 
     def visit_call_(self, call: relax.Call) -> relax.Expr:
+        in_attention = any(call.same_as(c) for c in self.attention)
         call = super().visit_call_(call)
-        if len(call.args) != 2:
+        if len(call.args) != 2 or in_attention:
             return call
         lhs, rhs = call.args
         bound = self.lookup_binding(rhs) if isinstance(rhs, relax.Var) else None

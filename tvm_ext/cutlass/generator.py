@@ -45,6 +45,7 @@ from ..select.generator import register_generator
 from ..select.origin import trace_partition
 from ..select.plan import plan_to_text
 from ..errors import KernelCompileError
+from .attention import partition_attention
 from .codegen import device_for, ranked_configs
 from .contract import Acceptance, ContractResult, first_accepted
 from .errors import CutlassCodegenError, CutlassSetupError
@@ -135,13 +136,18 @@ class CutlassGenerator:
         return CutlassPlan(str(data["composite"]), KernelConfig.from_dict(data["config"]), str(data["arch"]),
                            str(data["workload"]), str(data["input_dtype"]))
 
-    def _partition(self, ctx: SelectionContext, rejections: Rejections) -> tvm.IRModule:
+    def _partitions(self, ctx: SelectionContext, rejections: Rejections, refused_cores: list) -> list[tvm.IRModule]:
+        """The pre-legalization function partitioned twice: attention cores (when the operator
+        kinds include batched matmuls) and single operators, so both are candidates."""
         options = codegen_options(ctx.target)
         b2b = b2b_pattern_source(options)
         patterns = (b2b() if b2b is not None else []) + cutlass_patterns(self.ops, rejections)
         mod = tvm.IRModule(dict(ctx.mod.functions_items()))
         mod[mod.get_global_var(ctx.func_name)] = ctx.origin
-        return relax.transform.FuseOpsByPattern(patterns, bind_constants=False, annotate_codegen=True)(mod)
+        out = [relax.transform.FuseOpsByPattern(patterns, bind_constants=False, annotate_codegen=True)(mod)]
+        if "batch_matmul" in self.ops:
+            out.append(partition_attention(mod, refused_cores))
+        return out
 
     def candidates(self, ctx: SelectionContext) -> list[Candidate]:
         """One candidate per offloadable match (none without the pre-legalization function)."""
@@ -149,14 +155,15 @@ class CutlassGenerator:
         if reason is not None or ctx.origin is None:
             logger.info("no CUTLASS candidates: %s", reason or "the pre-legalization function was not recorded")
             return []
-        rejections = Rejections()
-        part = self._partition(ctx, rejections)
+        rejections, refused_cores = Rejections(), []
+        parts = self._partitions(ctx, rejections, refused_cores)
         arch = target_arch(ctx.target)
         device = device_for(arch, ctx.device.name)
         database = default_database()
         is_group = lambda f: f.attrs is not None and f.attrs.get("Codegen") == CODEGEN_NAME  # noqa: E731
         out, covered, matches = [], set(), []
-        for outer, args, found in trace_partition(part, ctx.func_name, ctx.origin, is_group):
+        traced = [t for part in parts for t in trace_partition(part, ctx.func_name, ctx.origin, is_group)]
+        for outer, args, found in traced:
             covered.update(found)
             nodes = [n for n in (ctx.node_of_var(v) for v in found) if n is not None]
             if not nodes or not ctx.graph.is_convex(nodes):
@@ -175,6 +182,10 @@ class CutlassGenerator:
             node = ctx.node_of_var(var)
             if var not in covered and node is not None:
                 ctx.drop(self.name, [node], f"{var.name}: {reason}")
+        for variables, reason in refused_cores:
+            nodes = [n for n in (ctx.node_of_var(v) for v in variables) if n is not None]
+            if nodes:
+                ctx.drop(self.name, nodes, f"attention core: {reason}")
         return out
 
     @staticmethod

@@ -12,6 +12,7 @@ import hashlib
 from dataclasses import dataclass
 
 from .config import API_3X, KernelConfig
+from .emit_attention import emit_attention
 from .emit_b2b import emit_b2b_conv2d, emit_b2b_gemm
 from .emit_conv import emit_conv2d
 from .emit_gemm import emit_gemm
@@ -25,6 +26,7 @@ EMITTERS = {
     "conv2d": emit_conv2d,
     "b2b_gemm": emit_b2b_gemm,
     "b2b_conv2d": emit_b2b_conv2d,
+    "attention": emit_attention,
 }
 
 
@@ -53,6 +55,8 @@ def instance_key(wl, cfg: KernelConfig) -> str:
     batch count and split-K slices are runtime arguments of the launcher.
     """
     tile = dataclasses.replace(cfg, split_k=1).name().replace("_k1_", "_")
+    if wl.kind == "attention":  # queries, keys and the largest head dim per block; a bias or none
+        return f"attention|{wl.dtype}|{'bias' if wl.bias_shape else 'nobias'}|{tile}|sm80"
     if wl.kind in FUSED_KINDS:  # N0 and N1 are threadblock N of the two GEMMs
         return f"{wl.kind}|{wl.dtype}|bias_relu,bias_{wl.activation1}|{tile}|sm80"
     kernel_arch = 90 if cfg.api == API_3X else 80

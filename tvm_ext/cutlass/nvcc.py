@@ -40,6 +40,10 @@ def cutlass_root() -> Path:
     return root
 
 
+#: The package's own C++ headers (operation adapters, the contract hook and its program's driver).
+OWN_INCLUDE = Path(__file__).parent / "include"
+
+
 def tvm_ffi_include() -> Path:
     import tvm_ffi.libinfo
 
@@ -47,9 +51,12 @@ def tvm_ffi_include() -> Path:
 
 
 def include_dirs() -> list[Path]:
-    """CUTLASS, CUTLASS util, CUTLASS example 13 (back-to-back kernels) and TVM-FFI includes."""
+    """CUTLASS, CUTLASS util, CUTLASS examples 13 (back-to-back kernels) and 41 (fused attention),
+    the package's own headers (with the empty ``curand_kernel.h`` example 41 includes but, without
+    dropout, does not use) and TVM-FFI includes."""
     root = cutlass_root()
     return [root / "include", root / "tools" / "util" / "include", root / "examples" / "13_two_tensor_op_fusion",
+            root / "examples" / "41_fused_multi_head_attention", OWN_INCLUDE, OWN_INCLUDE / "no_curand",
             tvm_ffi_include()]
 
 

@@ -21,6 +21,7 @@ from tvm import relax
 from ..errors import UnknownDeviceError
 from ..hardware import device_from_target
 from ..select.database import DATABASE_ENV, Database
+from .attention import partition_attention
 from .b2b import b2b_patterns
 from .b2b_conv import b2b_conv_patterns
 from .candidates import arch_number
@@ -101,7 +102,20 @@ def offload_passes(target: tvm.target.Target, database: str | os.PathLike[str] |
     options = codegen_options(target, database)
     passes = prepare_passes(ops)
     b2b = b2b_pattern_source(options)
-    return passes + [PartitionForCutlass(ops, b2b), relax.transform.RunCodegen(target_options={CODEGEN_NAME: options})]
+    attention = [PartitionAttention()] if "batch_matmul" in ops else []
+    return passes + attention + [PartitionForCutlass(ops, b2b),
+                                 relax.transform.RunCodegen(target_options={CODEGEN_NAME: options})]
+
+
+def PartitionAttention() -> tvm.transform.Pass:  # noqa: N802
+    """Pass form of :func:`~tvm_ext.cutlass.attention.partition_attention`: every attention core
+    the fused kernel takes becomes one CUTLASS call (run before the single-operator partition)."""
+
+    @tvm.transform.module_pass(opt_level=0, name="tvm_ext.cutlass.PartitionAttention")
+    def _partition(mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IRModule:
+        return partition_attention(mod)
+
+    return _partition
 
 
 def prepare_passes(ops: tuple[str, ...] = OP_KINDS) -> list[tvm.transform.Pass]:

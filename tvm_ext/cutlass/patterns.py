@@ -48,6 +48,8 @@ class CompositeName:
         prefix, _, rest = str(name).partition(".")
         if prefix != CODEGEN_NAME:
             raise ValueError(f"{name!r} is not a {CODEGEN_NAME} composite")
+        if rest == "attention":    # the attention core (:mod:`.attention`): no epilogue of its own
+            return cls(rest, Epilogue())
         for op in sorted(OP_KINDS + ("b2b_gemm", "b2b_conv2d"), key=len, reverse=True):
             if rest == op or rest.startswith(op + "_"):
                 return cls(op, Epilogue.parse(rest[len(op):]))

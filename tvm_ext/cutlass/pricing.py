@@ -53,6 +53,8 @@ THREADS_3X = 384
 
 def describe(wl, cfg: KernelConfig, device: DeviceSpec) -> KernelDescription:
     """What one call of ``wl`` with ``cfg`` computes and moves on ``device``."""
+    if wl.kind == "attention":
+        return describe_attention(wl, cfg, device)
     m, n, k = wl.gemm_mnk
     tbm, tbn, tbk = cfg.threadblock
     tiles_m, tiles_n = math.ceil(m / tbm), math.ceil(n / tbn)
@@ -76,6 +78,36 @@ def describe(wl, cfg: KernelConfig, device: DeviceSpec) -> KernelDescription:
     unique = a + b + out + c
     return KernelDescription(flops, global_bytes, unique, launch, path, math_dtype(wl.dtype),
                              dram_bytes=_dram_bytes(wl, cfg, device, launch, unique, global_bytes, out + c))
+
+
+def describe_attention(wl, cfg: KernelConfig, device: DeviceSpec) -> KernelDescription:
+    """The fused attention kernel (CUTLASS example 41): one CTA per block of ``queries`` rows, head
+    and batch entry walks all keys (causal: those up to its last row) in blocks of ``keys``.
+
+    Flops are both products over the padded blocks; global bytes are Q and O once, K and V once
+    per query block (each CTA streams them), the bias once per (query block, key block) it
+    touches; shared memory holds the Q block, one K/V block and the score block (fp32), an
+    estimate of the kernel's ``SharedStorage`` (assumed, not read from the built kernel).
+    """
+    queries, keys, max_k = cfg.threadblock
+    batch = wl.batch
+    blocks_m = math.ceil(wl.m / queries)
+    # keys each query block reads: all, or (causal) up to its last row
+    read = [min(wl.n, (i + 1) * queries) if wl.causal else wl.n for i in range(blocks_m)]
+    padded = sum(math.ceil(r / keys) * keys for r in read)
+    flops = 2 * batch * padded * queries * (wl.d + wl.dv)
+    eb = element_bytes(wl.dtype)
+    q, o = batch * wl.m * wl.d * eb, batch * wl.m * wl.dv * eb
+    kv_once = batch * wl.n * (wl.d + wl.dv) * eb
+    kv = batch * sum(read) * (wl.d + wl.dv) * eb
+    bias = batch * wl.m * wl.n * eb if wl.bias_shape else 0
+    unique_bias = math.prod(wl.bias_shape) * eb if wl.bias_shape else 0
+    launch = LaunchShape(grid=blocks_m * batch, threads=32 * cfg.warp_count[0],
+                         shared_bytes=(queries * max_k + keys * max_k) * eb + queries * keys * 4)
+    unique = q + o + kv_once + unique_bias
+    moved = q + o + kv + bias
+    return KernelDescription(flops, moved, unique, launch, CodePath.MMA_SYNC, math_dtype(wl.dtype),
+                             dram_bytes=unique if fits_l2(unique, device) else moved)
 
 
 def _stream_k(tiles: int, iterations: int, tile_elements: int, device: DeviceSpec) -> tuple[int, int]:
@@ -143,4 +175,4 @@ def cheapest_config(wl, arch: str, device: DeviceSpec, model: CostModel | None =
     return priced[0]
 
 
-__all__ = ["THREADS_3X", "cheapest_config", "describe", "ranked_by_price"]
+__all__ = ["THREADS_3X", "cheapest_config", "describe", "describe_attention", "ranked_by_price"]

@@ -111,13 +111,31 @@ def _b2b_conv_fill(wl, ptr: dict[str, str]) -> list[str]:
             f"args.w1 = {ptr['b1']}; args.bias1 = {ptr['bias1']}; args.y = {ptr['out']};"]
 
 
+def _attention_fill(wl, ptr: dict[str, str]) -> list[str]:
+    (qb, qh, qm), (kb, kh, km), (vb, vh, vm) = wl.q.strides(), wl.k.strides(), wl.v.strides()
+    bb, bh, bm = wl.bias_strides()
+    batch, heads = wl.batch_heads
+    return [f"args.batch = {batch}; args.heads = {heads}; args.m = {wl.m}; args.n = {wl.n};",
+            f"args.d = {wl.d}; args.dv = {wl.dv}; args.scale = {wl.scale!r}f; args.causal = {int(wl.causal)};",
+            f"args.q_stride_b = {qb}; args.q_stride_h = {qh}; args.q_stride_m = {qm};",
+            f"args.k_stride_b = {kb}; args.k_stride_h = {kh}; args.k_stride_m = {km};",
+            f"args.v_stride_b = {vb}; args.v_stride_h = {vh}; args.v_stride_m = {vm};",
+            f"args.bias_stride_b = {bb}; args.bias_stride_h = {bh}; args.bias_stride_m = {bm};",
+            f"args.o_stride_m = {heads * wl.dv};",
+            f"args.q = {ptr['q']}; args.k = {ptr['k']}; args.v = {ptr['v']};",
+            f"args.bias = {ptr.get(ROLE_BIAS, 'nullptr')}; args.o = {ptr['out']};"]
+
+
 #: kind -> (``fill(workload, pointers, split_k) -> C++ lines``, argument struct of the entry point).
 _FILLERS = {
     "gemm": (_gemm_fill, "TvmExtGemmArgs"),
     "conv2d": (lambda wl, ptr, split_k: _conv_fill(wl, ptr), "TvmExtConv2dArgs"),
     "b2b_gemm": (lambda wl, ptr, split_k: _b2b_fill(wl, ptr), "TvmExtB2bGemmArgs"),
     "b2b_conv2d": (lambda wl, ptr, split_k: _b2b_conv_fill(wl, ptr), "TvmExtB2bConv2dArgs"),
+    "attention": (lambda wl, ptr, split_k: _attention_fill(wl, ptr), "TvmExtAttentionArgs"),
 }
+#: Roles of tensors read in the input dtype (the attention core's Q, K and V included).
+INPUT_ROLES = (ROLE_A, ROLE_B, "b1", "q", "k", "v")
 
 
 def operand_alignment_bytes(wl, cfg: KernelConfig) -> dict[str, int]:
@@ -131,7 +149,8 @@ def operand_alignment_bytes(wl, cfg: KernelConfig) -> dict[str, int]:
     out_bytes = tvm.DataType(getattr(wl, "out_dtype", wl.final_dtype)).bits // 8
     final_bytes = tvm.DataType(wl.final_dtype).bits // 8
     a, b, c = cfg.alignment
-    return {ROLE_A: a * in_bytes, ROLE_B: b * in_bytes, "b1": b * in_bytes, ROLE_BIAS: c * out_bytes,
+    return {ROLE_A: a * in_bytes, ROLE_B: b * in_bytes, "b1": b * in_bytes, "q": a * in_bytes, "k": b * in_bytes,
+            "v": b * in_bytes, ROLE_BIAS: c * out_bytes,
             ROLE_RESIDUAL: c * out_bytes, "bias1": c * out_bytes, "out": c * final_bytes}
 
 
@@ -149,7 +168,7 @@ def emit_glue_function(off: Offload, entry: str, cfg: KernelConfig) -> str:
     align = operand_alignment_bytes(wl, cfg)
     in_code, in_bits = _DL_CODES[wl.dtype]
     for i, (role, shape) in enumerate(zip(off.roles, off.param_shapes)):
-        if role in (ROLE_A, ROLE_B, "b1"):
+        if role in INPUT_ROLES:
             checks.append(f'tvm_ext_check(p{i}, {_numel(shape)}, {in_code}, {in_bits}, "{off.symbol}", "{role}");')
         elif role in (ROLE_BIAS, ROLE_RESIDUAL, "bias1"):
             code, bits = _DL_CODES[getattr(wl, "out_dtype", wl.final_dtype)]  # pre-cast dtype

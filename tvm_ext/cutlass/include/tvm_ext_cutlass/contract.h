@@ -220,6 +220,7 @@ template <class Op> struct IsTransposingAdapter<Op, std::void_t<decltype(Op::kIn
 
 #include "tvm_ext_cutlass/contract_gemm.h"
 #include "tvm_ext_cutlass/contract_conv.h"
+#include "tvm_ext_cutlass/contract_attention.h"
 
 namespace tvm_ext_contract {
 
@@ -230,7 +231,12 @@ int inspect(typename Op::Arguments const& arguments, char* err, int err_len) {
   using Args = typename Op::Arguments;
   (void)err;
   (void)err_len;
-  if constexpr (IsB2bConv<Args>::value) {
+  if constexpr (IsAttention<Args>::value) {
+    Report r("attention");
+    attention<Op>(arguments, r);
+    r.status("can_implement", Op::can_implement(arguments));
+    report() = r.finish();
+  } else if constexpr (IsB2bConv<Args>::value) {
     Report r("b2b_conv2d");
     b2b_conv<Op>(arguments, r);
     r.status("can_implement", Op::can_implement(arguments));

@@ -1,0 +1,224 @@
+"""The attention core as one CUTLASS kernel (example 41): pattern, workload, reference, contract, price.
+
+The contract tests compile one contract program (sm_80, about half a minute cold on two cores).
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+import tvm
+from tvm import relax
+from tvm.script import ir as I, relax as R
+
+from tvm_ext.cutlass.attention import AttentionWorkload, Operand, attention_products, partition_attention
+from tvm_ext.cutlass.config import KernelConfig
+from tvm_ext.cutlass.contract import ContractCall, check_calls
+from tvm_ext.cutlass.contract_data import filled, reference_at
+from tvm_ext.cutlass.gemm_padding import pad_gemm_extents
+from tvm_ext.cutlass.instance import kernel_for
+from tvm_ext.cutlass.pricing import describe
+from tvm_ext.cutlass.workload import Offload, workload_from_function
+from tvm_ext.hardware import load_device
+
+
+def bert_like(seq: int = 128, heads: int = 2, dim: int = 64, bias_shape=(1, 1, 128, 128)):
+    """BERT's export: Q, K, V [1, S, H, D] permuted, scaled, a mask added, softmax, a no-op cast."""
+    hd = (1, seq, heads, dim)
+
+    @I.ir_module
+    class Module:
+        @R.function
+        def main(q4: R.Tensor(hd, "float16"), k4: R.Tensor(hd, "float16"), v4: R.Tensor(hd, "float16"),
+                 mask: R.Tensor(bias_shape, "float16")):
+            with R.dataflow():
+                q = R.permute_dims(q4, axes=[0, 2, 1, 3])
+                kt = R.permute_dims(k4, axes=[0, 2, 3, 1])
+                s = R.matmul(q, kt)
+                s2 = R.multiply(s, R.const(0.125, "float16"))
+                s3 = R.add(s2, mask)
+                p = R.nn.softmax(s3, axis=-1)
+                p2 = R.astype(p, "float16")
+                v = R.permute_dims(v4, axes=[0, 2, 1, 3])
+                o = R.matmul(p2, v)
+                out = R.permute_dims(o, axes=[0, 2, 1, 3])
+                R.output(out)
+            return out
+
+    return Module
+
+
+def llama_like(seq: int = 64, heads: int = 2, dim: int = 64, mask: np.ndarray | None = None):
+    """Llama's export: Q, K, V already [1, H, S, D], K transposed by [0, 1, 3, 2], a constant mask."""
+    hd = (1, heads, seq, dim)
+    if mask is None:
+        mask = np.triu(np.full((seq, seq), -65504.0), k=1).reshape(1, 1, seq, seq)
+    const = relax.const(mask.astype("float16"))
+
+    @I.ir_module
+    class Module:
+        @R.function
+        def main(q: R.Tensor(hd, "float16"), k: R.Tensor(hd, "float16"), v: R.Tensor(hd, "float16")):
+            with R.dataflow():
+                kt = R.permute_dims(k, axes=[0, 1, 3, 2])
+                s = R.matmul(q, kt)
+                s2 = R.divide(s, R.const(8.0, "float16"))
+                s3 = R.add(s2, const)
+                p = R.nn.softmax(s3, axis=-1)
+                o = R.matmul(p, v)
+                out = R.permute_dims(o, axes=[0, 2, 1, 3])
+                R.output(out)
+            return out
+
+    return Module
+
+
+def _offloads(mod: tvm.IRModule) -> list[Offload]:
+    part = partition_attention(mod)
+    return [workload_from_function(f) for _, f in part.functions_items()
+            if f.attrs is not None and f.attrs.get("Codegen") == "tvm_ext_cutlass"]
+
+
+def test_bert_core_is_one_call_reading_the_projections_in_place():
+    (off,) = _offloads(bert_like())
+    wl = off.workload
+    assert off.composite == "tvm_ext_cutlass.attention"
+    assert sorted(off.roles) == ["bias", "k", "q", "v"]
+    assert (wl.batch_heads, wl.m, wl.n, wl.d, wl.dv) == ((1, 2), 128, 128, 64, 64)
+    assert wl.scale == 0.125 and not wl.causal and wl.bias_shape == (1, 1, 128, 128)
+    # [1, S, H, D] read as [B, H, S, D]: batch, head and row strides
+    assert wl.q.strides() == (128 * 2 * 64, 64, 2 * 64) and wl.k.strides() == wl.q.strides()
+    assert wl.bias_strides() == (0, 0, 128)
+
+
+def test_causal_constant_becomes_the_kernels_causal_mask():
+    (off,) = _offloads(llama_like())
+    wl = off.workload
+    assert wl.causal and wl.bias_shape == () and "bias" not in off.roles
+    assert wl.scale == 0.125
+    assert wl.q.strides() == (2 * 64 * 64, 64 * 64, 64) and wl.k.axes == (0, 1, 2, 3)
+
+
+@pytest.mark.parametrize("why, module", [
+    ("constant bias that is not a causal mask", llama_like(mask=np.full((1, 1, 64, 64), -1.0))),
+    ("head dims", bert_like(dim=160, heads=1)),
+    ("broadcastable", bert_like(bias_shape=(1, 1, 128, 1))),
+])
+def test_cores_the_kernel_cannot_take_stay_with_tvm_and_say_why(why, module):
+    reasons: list = []
+    part = partition_attention(module, reasons)
+    assert not any(f.attrs is not None and f.attrs.get("Codegen") for _, f in part.functions_items())
+    assert any(why in reason for _, reason in reasons), reasons
+
+
+def test_reference_is_relax_on_the_filled_tensors():
+    """The contract's reference reads Q, K, V through the workload's layouts; Relax on the CPU
+    (the composite function itself, float32) must give the same outputs."""
+    for module in (bert_like(seq=32, bias_shape=(1, 1, 32, 32)), llama_like(seq=32)):
+        (off,) = _offloads(module)
+        params = [filled(shape, i + 1) for i, shape in enumerate(off.param_shapes)]
+        tensors = dict(zip(off.roles, params))
+        main = module["main"]
+        args = [tensors[r] for r in ("q", "k", "v")] + ([tensors["bias"]] if "bias" in tensors else [])
+        ex = tvm.compile(module, target="llvm")
+        vm = relax.VirtualMachine(ex, tvm.cpu())
+        got = vm["main"](*[tvm.runtime.tensor(a.astype("float16")) for a in args]).numpy().astype(np.float64)
+        assert len(main.params) == len(args)
+        idx = np.arange(0, got.size, 7)
+        ref = reference_at(off, tensors, idx)
+        np.testing.assert_allclose(ref, got.reshape(-1)[idx], rtol=2e-2, atol=2e-2)
+
+
+def test_gemm_padding_leaves_a_fusable_197_token_core_alone():
+    mod = bert_like(seq=197, bias_shape=(1, 1, 197, 197))
+    assert len(attention_products(mod["main"])) == 0      # bias rows of 197: not 8-element aligned
+    assert "R.nn.pad" in pad_gemm_extents(mod)["main"].script()   # so its products are padded
+    vit = _vit_like()
+    assert len(attention_products(vit["main"])) == 2
+    assert "R.nn.pad" not in pad_gemm_extents(vit)["main"].script()
+
+
+def _vit_like():
+    hd = (1, 197, 2, 64)
+
+    @I.ir_module
+    class Module:
+        @R.function
+        def main(q4: R.Tensor(hd, "float16"), k4: R.Tensor(hd, "float16"), v4: R.Tensor(hd, "float16")):
+            with R.dataflow():
+                q = R.permute_dims(q4, axes=[0, 2, 1, 3])
+                kt = R.permute_dims(k4, axes=[0, 2, 3, 1])
+                s = R.multiply(R.matmul(q, kt), R.const(0.125, "float16"))
+                p = R.nn.softmax(s, axis=-1)
+                o = R.matmul(p, R.permute_dims(v4, axes=[0, 2, 1, 3]))
+                out = R.permute_dims(o, axes=[0, 2, 1, 3])
+                R.output(out)
+            return out
+
+    return Module
+
+
+def test_price_counts_both_products_and_streams_kv_per_query_block():
+    op = Operand((1, 128, 12, 64), (0, 2, 1, 3))
+    wl = AttentionWorkload(op, op, op, "float16", 0.125)
+    cfg = KernelConfig("2x", (64, 64, 64), (4, 1, 1), (16, 8, 16), 2, swizzle=1)
+    kd = describe(wl, cfg, load_device("h100"))
+    assert kd.flops == 2 * 12 * 128 * 128 * 128
+    assert kd.launch.grid == 2 * 12 and kd.launch.threads == 128
+    tensor = 128 * 12 * 64 * 2
+    assert kd.global_bytes == 2 * tensor + 2 * 2 * tensor     # Q and O once, K and V per query block
+    causal = describe(dataclasses.replace(wl, causal=True), cfg, load_device("h100"))
+    assert causal.flops == 2 * 12 * (64 + 128) * 64 * 128    # block 0 reads 64 keys, block 1 all 128
+
+
+ARCH = "sm_80"
+
+
+def _call(module, tag: str = "") -> ContractCall:
+    (off,) = _offloads(module)
+    off = dataclasses.replace(off, symbol=f"attention_{tag or id(module)}")
+    cfg = KernelConfig("2x", (64, 64, 64), (4, 1, 1), (16, 8, 16), 2, swizzle=1)
+    return ContractCall(off, kernel_for(off, cfg, ARCH))
+
+
+def _edited(call: ContractCall, tag: str, old: str, new: str) -> ContractCall:
+    source = call.kernel.source
+    assert old in source, f"the launcher no longer contains {old!r}: update the seeded fault"
+    entry = f"{call.kernel.entry}_{tag}"
+    source = source.replace(old, new, 1).replace(call.kernel.entry, entry)
+    return dataclasses.replace(call, kernel=dataclasses.replace(call.kernel, entry=entry, source=source))
+
+
+@pytest.fixture(scope="module")
+def verdicts():
+    right = {"bert": _call(bert_like(), "bert"), "causal": _call(llama_like(), "causal"),
+             "vit": _call(_vit_like(), "vit")}
+    faults = {
+        "strides_swapped": _edited(right["bert"], "swap", "arguments.q_strideH = int32_t(args->q_stride_h);",
+                                   "arguments.q_strideH = int32_t(args->q_stride_m);"),
+        "mask_ignored": _edited(right["causal"], "nomask", "args->causal ? Op::Kernel::CausalFromTopLeft",
+                                "false ? Op::Kernel::CausalFromTopLeft"),
+        "misaligned_q": dataclasses.replace(right["vit"], misalign=(("p0", 2),)),
+    }
+    calls = {**right, **faults}
+    return dict(zip(calls, check_calls(list(calls.values()))))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["bert", "causal", "vit"])
+def test_contract_accepts_the_seed_models_cores(verdicts, name):
+    result = verdicts[name]
+    assert result.ok and result.family == "attention", result.line()
+    assert result.samples > 16
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name, finding", [
+    ("strides_swapped", "differ from the Relax reference"),
+    ("mask_ignored", "differ from the Relax reference"),
+    ("misaligned_q", "starts at address"),
+])
+def test_contract_catches_seeded_faults(verdicts, name, finding):
+    result = verdicts[name]
+    assert not result.ok and any(finding in f for f in result.findings), result.line()
