@@ -27,6 +27,18 @@ def _weight_model(n: int, dense: bool, k: int = 64) -> tvm.IRModule:
     return bb.get()
 
 
+def _activation_model(k: int, n: int) -> tvm.IRModule:
+    """x[2, 8, k] @ y[k, n], both activations."""
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((2, 8, k), "float16"))
+    y = relax.Var("y", relax.TensorType((k, n), "float16"))
+    with bb.function("main", [x, y]):
+        with bb.dataflow():
+            out = bb.emit_output(bb.emit(relax.op.matmul(x, y)))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
 def _attention_model(tokens: int = 29, head: int = 16) -> tvm.IRModule:
     """ViT-style attention core at an odd token count: (q @ k^T) then p @ v, all activations."""
     bb = relax.BlockBuilder()
@@ -51,19 +63,36 @@ def _offloaded(mod: tvm.IRModule) -> list:
 
 
 @pytest.mark.parametrize("dense", [False, True], ids=["matmul", "dense"])
-def test_weight_columns_padded_and_the_product_sliced_back(dense, llvm_target):
-    """GPT-2's head has N = 50257: here 57 columns get 7 zero columns, CUTLASS takes the GEMM,
-    and the sliced product is the same."""
+def test_constant_weight_with_odd_columns_is_a_dense_layer_writing_them_all(dense, llvm_target):
+    """GPT-2's head has N = 50257: here 57 columns. The weight is stored [N, K] (transposed at
+    compile time when it was [K, N]), CUTLASS writes the 57 columns with one-element stores: no
+    padded columns, no slice, the same product."""
     mod = _weight_model(57, dense)
     padded = pad_gemm_extents(mod)
     script = padded["main"].script()
-    assert "R.strided_slice(" in script and "(57,)" in script, script
-    assert "R.nn.pad(" not in script                    # the constant weight is padded at compile time
-    assert [w.n for w in _offloaded(padded)] == [64] and not _offloaded(mod)
+    assert "R.strided_slice(" not in script and "R.nn.pad(" not in script, script
+    assert "R.permute_dims(" in script
+    (wl,) = _offloaded(padded)
+    assert (wl.op, wl.n, wl.k, wl.max_alignment) == ("dense", 57, 64, (8, 8, 1))
+    if dense:
+        tvm.ir.assert_structural_equal(padded, mod)      # already a dense layer: CUTLASS takes it now
     x = RNG.integers(-2, 3, (2, 8, 64)).astype("float16")
     out = _run(padded, [x], llvm_target)
     assert out.shape == (2, 8, 57)
     np.testing.assert_array_equal(out, _run(mod, [x], llvm_target))
+
+
+def test_activation_columns_padded_and_the_product_sliced_back(llvm_target):
+    """B is an activation [K, N] with N = 57: its rows are N long, so N is padded to 64 and the
+    product sliced back."""
+    mod = _activation_model(64, 57)
+    padded = pad_gemm_extents(mod)
+    script = padded["main"].script()
+    assert "R.strided_slice(" in script and "(57,)" in script and "R.nn.pad(" in script, script
+    assert [w.n for w in _offloaded(padded)] == [64] and not _offloaded(mod)
+    x_val = RNG.integers(-2, 3, (2, 8, 64)).astype("float16")
+    y_val = RNG.integers(-1, 2, (64, 57)).astype("float16")
+    np.testing.assert_array_equal(_run(padded, [x_val, y_val], llvm_target), _run(mod, [x_val, y_val], llvm_target))
 
 
 def test_odd_token_attention_padded_on_both_gemms(llvm_target):
@@ -79,15 +108,21 @@ def test_odd_token_attention_padded_on_both_gemms(llvm_target):
     np.testing.assert_array_equal(out, _run(mod, args, llvm_target))
 
 
-@pytest.mark.parametrize("n", [64, 58, 9], ids=["aligned", "cutlass-takes-it", "narrow"])
-def test_not_padded(n):
-    """64 and 58 CUTLASS takes as they are; 9 -> 16 would be 78% more work (MAX_EXTRA_SHARE)."""
-    mod = _weight_model(n, dense=False)
+@pytest.mark.parametrize("model", [lambda: _weight_model(64, dense=False), lambda: _weight_model(58, dense=False),
+                                   lambda: _activation_model(64, 9)], ids=["aligned", "cutlass-takes-it", "narrow"])
+def test_not_padded(model):
+    """64 and 58 CUTLASS takes as they are; an activation's 9 -> 16 would be 78% more work
+    (MAX_EXTRA_SHARE)."""
+    mod = model()
     tvm.ir.assert_structural_equal(pad_gemm_extents(mod), mod)
 
 
 def test_one_extent_padded_only_when_the_other_then_suits_cutlass():
-    """K = 101 could take 3 zeros, but N = 9 would need 7 (78%): CUTLASS would refuse the GEMM
-    either way, so neither is padded."""
-    mod = _weight_model(9, dense=False, k=101)
+    """K = 101 could take 3 zeros, but an activation's N = 9 would need 7 (78%): CUTLASS would
+    refuse the GEMM either way, so neither is padded. With a constant weight N = 9 is no obstacle
+    (stored [N, K]): K is padded and the weight transposed."""
+    mod = _activation_model(101, 9)
     tvm.ir.assert_structural_equal(pad_gemm_extents(mod), mod)
+    padded = pad_gemm_extents(_weight_model(9, dense=False, k=101))
+    (wl,) = _offloaded(padded)
+    assert (wl.op, wl.n, wl.k) == ("dense", 9, 104)

@@ -3,11 +3,16 @@
 CUTLASS needs every leading dimension aligned (at least
 :func:`~tvm_ext.cutlass.checks.min_alignment`: two 16-bit elements), so a GEMM whose reduction
 extent ``K`` or column count ``N`` is odd is not offloaded at all and runs on TVM's schedules at
-a fraction of the library's speed: GPT-2's language-model head (``N = 50257``), ViT's attention at 197 tokens
-(``Q @ K^T`` has ``N = 197``, ``P @ V`` has ``K = 197``).
+a fraction of the library's speed: GPT-2's language-model head (``N = 50257``), NeRF's 63-wide
+inputs, an attention core at 197 tokens the fused kernel does not take (``Q @ K^T`` has
+``N = 197``, ``P @ V`` has ``K = 197``).
 
-Such an extent is rounded up to one 128-bit access (:func:`~tvm_ext.cutlass.padding.pad_multiple`;
-extents CUTLASS already takes are left as they are):
+A constant weight is the exception for ``N``: stored ``[N, K]`` (a dense layer's weight, under
+``permute_dims``; a ``[K, N]`` constant is transposed at compile time) its rows are ``K`` long, so
+an odd ``N`` is only the length of the output's rows, which CUTLASS writes with one-element
+stores: no padded columns and no copy of the product (GPT-2's head wrote 128 x 50264 and sliced
+it). Any other unaligned extent is rounded up to one 128-bit access
+(:func:`~tvm_ext.cutlass.padding.pad_multiple`; extents CUTLASS already takes are left as they are):
 
 * ``K``: zero columns on ``A`` and zero rows on ``B``; zero products add nothing to the sums;
 * ``N``: zero columns on ``B``; the product's first ``N`` columns are taken back with an
@@ -25,11 +30,12 @@ be most of the work; and only where both extents then suit CUTLASS (a padded ``K
 
 Example
 -------
->>> mod = PadGemmExtents(mod)   # matmul(x, W[768, 50257]) -> strided_slice(matmul(x, W'[768, 50264]))
+>>> mod = PadGemmExtents(mod)   # matmul(x, W[768, 50257]) -> matmul(x, permute_dims(W^T[50257, 768]))
 """
 from __future__ import annotations
 
 import logging
+from typing import NamedTuple
 
 import numpy as np
 import tvm
@@ -55,28 +61,48 @@ def _extra(extent: int, dtype: str) -> int:
     return extra if extra <= extent * MAX_EXTRA_SHARE else 0
 
 
-def gemm_padding(call: relax.Call, rhs: relax.Expr | None = None) -> tuple[int, int]:
-    """``(extra K, extra N)`` for a ``relax.matmul`` call (zeros when no padding is needed or
-    allowed). ``rhs``: the value the call's right operand is bound to, when that is a variable."""
+class GemmPadding(NamedTuple):
+    """What :func:`gemm_padding` decides for one GEMM."""
+
+    k: int = 0
+    n: int = 0
+    #: Store a ``[K, N]`` constant weight as ``[N, K]`` under ``permute_dims`` (a dense layer): its
+    #: rows are then ``K`` long, so an odd ``N`` is only the output's row length, which CUTLASS
+    #: writes with one-element stores; no padded columns, no slice of the product.
+    transpose: bool = False
+
+    def __bool__(self) -> bool:
+        return bool(self.k or self.n or self.transpose)
+
+
+def gemm_padding(call: relax.Call, rhs: relax.Expr | None = None) -> GemmPadding:
+    """How to make a ``relax.matmul`` call CUTLASS-able (nothing when it is, or cannot be).
+    ``rhs``: the value the call's right operand is bound to, when that is a variable."""
+    none = GemmPadding()
     if not (isinstance(call.op, tvm.ir.Op) and call.op.name == "relax.matmul"):
-        return 0, 0
+        return none
     lhs = call.args[0]
     rhs = call.args[1] if rhs is None else rhs
     a_shape, b_shape = static_shape(lhs), static_shape(rhs)
     if a_shape is None or b_shape is None or len(a_shape) < 2 or len(b_shape) < 2:
-        return 0, 0
+        return none
     dtype = dtype_of(lhs)
     if dtype not in input_dtypes() or dtype_of(rhs) != dtype or dtype_of(call) not in OUTPUT_DTYPES:
-        return 0, 0
+        return none
     if len(b_shape) > 2 and tuple(a_shape[:-2]) != tuple(b_shape[:-2]):
-        return 0, 0   # broadcast batch axes: CUTLASS takes no such GEMM, padding would not help
+        return none   # broadcast batch axes: CUTLASS takes no such GEMM, padding would not help
     k, n = b_shape[-2:]
     if a_shape[-1] != k:
-        return 0, 0
-    extra = _extra(k, dtype), _extra(n, dtype)
-    if any((extent + pad) % min_alignment(dtype) for extent, pad in zip((k, n), extra)):
-        return 0, 0   # the other extent stays unaligned: CUTLASS would still refuse, padding is waste
-    return extra
+        return none
+    align = min_alignment(dtype)
+    weight = _constant_weight(rhs)
+    if weight is not None and n % align:      # a constant weight is stored [N, K]: odd N costs nothing
+        k_extra = _extra(k, dtype)
+        return GemmPadding(k_extra, 0, not weight[1]) if (k + k_extra) % align == 0 else none
+    k_extra, n_extra = _extra(k, dtype), _extra(n, dtype)
+    if (k + k_extra) % align or (n + n_extra) % align:
+        return none   # the other extent stays unaligned: CUTLASS would still refuse, padding is waste
+    return GemmPadding(k_extra, n_extra)
 
 
 def _constant_weight(rhs: relax.Expr) -> tuple[np.ndarray, bool] | None:
@@ -103,11 +129,14 @@ class _GemmPadder(relax.PyExprMutator):
                 values = {b.var: b.value for block in func.body.blocks for b in block.bindings}
                 self.attention += [values[v] for v in attention_products(func) if v in values]
 
-    def _rhs(self, rhs: relax.Expr, bound: relax.Expr, k_extra: int, n_extra: int) -> relax.Expr:
+    def _rhs(self, rhs: relax.Expr, bound: relax.Expr, pad: GemmPadding) -> relax.Expr:
+        k_extra, n_extra = pad.k, pad.n
         weight = _constant_weight(bound)
         if weight is None:
             return self.builder_.emit(zero_pad_last_axes(rhs, (k_extra, n_extra)))
         values, transposed = weight
+        if pad.transpose:  # [K, N] stored as [N, K] under permute_dims: a dense layer's weight
+            values, transposed = np.ascontiguousarray(values.T), True
         if transposed:   # [N, K] under permute_dims: zero rows (N) and columns (K), transposed as before
             padded = relax.const(np.pad(values, [(0, n_extra), (0, k_extra)]), dtype_of(rhs))
             return self.builder_.emit(relax.op.permute_dims(padded, [1, 0]))
@@ -121,14 +150,14 @@ class _GemmPadder(relax.PyExprMutator):
         lhs, rhs = call.args
         bound = self.lookup_binding(rhs) if isinstance(rhs, relax.Var) else None
         bound = rhs if bound is None else bound
-        k_extra, n_extra = gemm_padding(call, bound)
-        if not (k_extra or n_extra):
+        pad = gemm_padding(call, bound)
+        if not pad:
             return call
-        new_lhs = self.builder_.emit(zero_pad_last_axes(lhs, (k_extra,))) if k_extra else lhs
-        new_rhs = self._rhs(rhs, bound, k_extra, n_extra)
+        new_lhs = self.builder_.emit(zero_pad_last_axes(lhs, (pad.k,))) if pad.k else lhs
+        new_rhs = self._rhs(rhs, bound, pad)
         self.padded += 1
         product = relax.Call(call.op, [new_lhs, new_rhs], call.attrs)
-        if not n_extra:
+        if not pad.n:
             return product
         return relax.op.strided_slice(self.builder_.emit(product), axes=[-1], begin=[0],
                                       end=[static_shape(call)[-1]])
@@ -149,4 +178,4 @@ def PadGemmExtents(mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IR
     return pad_gemm_extents(mod)
 
 
-__all__ = ["MAX_EXTRA_SHARE", "PadGemmExtents", "gemm_padding", "pad_gemm_extents"]
+__all__ = ["MAX_EXTRA_SHARE", "GemmPadding", "PadGemmExtents", "gemm_padding", "pad_gemm_extents"]

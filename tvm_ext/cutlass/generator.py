@@ -138,16 +138,16 @@ class CutlassGenerator:
 
     def _partitions(self, ctx: SelectionContext, rejections: Rejections, refused_cores: list) -> list[tvm.IRModule]:
         """The pre-legalization function partitioned twice: attention cores (when the operator
-        kinds include batched matmuls) and single operators, so both are candidates."""
+        kinds include batched matmuls; first, so a priority selection prefers them, as
+        :func:`~tvm_ext.cutlass.passes.offload_passes` does) and single operators, so both are
+        candidates."""
         options = codegen_options(ctx.target)
         b2b = b2b_pattern_source(options)
         patterns = (b2b() if b2b is not None else []) + cutlass_patterns(self.ops, rejections)
         mod = tvm.IRModule(dict(ctx.mod.functions_items()))
         mod[mod.get_global_var(ctx.func_name)] = ctx.origin
-        out = [relax.transform.FuseOpsByPattern(patterns, bind_constants=False, annotate_codegen=True)(mod)]
-        if "batch_matmul" in self.ops:
-            out.append(partition_attention(mod, refused_cores))
-        return out
+        out = [partition_attention(mod, refused_cores)] if "batch_matmul" in self.ops else []
+        return out + [relax.transform.FuseOpsByPattern(patterns, bind_constants=False, annotate_codegen=True)(mod)]
 
     def candidates(self, ctx: SelectionContext) -> list[Candidate]:
         """One candidate per offloadable match (none without the pre-legalization function)."""
