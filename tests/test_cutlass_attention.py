@@ -100,6 +100,12 @@ def test_causal_constant_becomes_the_kernels_causal_mask():
     assert wl.q.strides() == (2 * 64 * 64, 64 * 64, 64) and wl.k.axes == (0, 1, 2, 3)
 
 
+def test_zero_constant_bias_adds_nothing():
+    """DETR's export adds an all-zero key-padding mask: the core fuses without a bias."""
+    (off,) = _offloads(llama_like(mask=np.zeros((1, 1, 64, 64))))
+    assert not off.workload.causal and off.workload.bias_shape == () and "bias" not in off.roles
+
+
 @pytest.mark.parametrize("why, module", [
     ("constant bias that is not a causal mask", llama_like(mask=np.full((1, 1, 64, 64), -1.0))),
     ("head dims", bert_like(dim=160, heads=1)),

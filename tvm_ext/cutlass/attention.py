@@ -17,8 +17,8 @@ write it::
     o = permute_dims(matmul(p, V'), [0, 2, 1, 3])
 
 A constant bias that is a causal mask (0 on and below the diagonal, <= -1e4 above) becomes the
-kernel's causal masking, which also skips the masked key blocks; any other constant bias stays
-with TVM. The match is partitioned with its constants bound (:data:`BIND_CONSTANTS`), so the
+kernel's causal masking, which also skips the masked key blocks; a constant bias of zeros (DETR's
+empty key-padding mask) is dropped; any other constant bias stays with TVM. The match is partitioned with its constants bound (:data:`BIND_CONSTANTS`), so the
 scale and a causal mask are read from the composite function itself.
 
 Limits (else the core stays with TVM, with the reason): 16-bit inputs, head dims multiples of 8
@@ -286,9 +286,10 @@ def analyze(root: relax.Expr, lookup: Callable[[relax.Expr], relax.Expr]) -> Cor
                 s not in (1, full) for s, full in zip(shape[::-1], (n, m, h, b))):
             return f"the bias {shape} {checks.dtype_of(bias)} is not a {dtype} tensor broadcastable to {(b, h, m, n)}"
         if isinstance(value, tvm.ir.Constant):
-            if not _causal(value.value.numpy(), m, n):
+            data = value.value.numpy()
+            if data.any() and not _causal(data, m, n):
                 return "a constant bias that is not a causal mask"
-            causal, bias = True, None
+            causal, bias = bool(data.any()), None   # zeros (DETR's empty padding mask) add nothing
         else:
             bias_shape = tuple(shape)
     wl = AttentionWorkload(qo, ko, vo, dtype, float(scale), causal, bias_shape)
