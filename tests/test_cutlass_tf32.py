@@ -150,8 +150,10 @@ def test_fp32_bert_without_tf32_offloads_nothing_and_says_why(bert):
     report = inspect(bert, "tvm_ext/h100", "cutlass")
     assert _cutlass_launches(report) == []
     dropped = report.to_json()["selection"]["main"]["dropped"]
-    gemms = [d for d in dropped if d["generator"] == "cutlass"]
+    gemms = [d for d in dropped if d["generator"] == "cutlass" and not d["reason"].startswith("attention core")]
     assert len(gemms) == 8 and all(NOT_ALLOWED in d["reason"] for d in gemms)   # 6 dense + 2 attention
+    (core,) = [d for d in dropped if d["generator"] == "cutlass" and d["reason"].startswith("attention core")]
+    assert "float16 or bfloat16" in core["reason"]     # the fused kernel takes no float32, TF32 or not
 
 
 @pytest.mark.slow
@@ -165,7 +167,8 @@ def test_fp32_bert_with_tf32_offloads_its_gemms(bert, tmp_path):
     launches = _cutlass_launches(report)
     assert sum(k.launches for k in launches) == 8
     assert all("tf32 tensor cores" in k.plan for k in launches)
-    assert not [d for d in report.to_json()["selection"]["main"]["dropped"] if d["generator"] == "cutlass"]
+    dropped = [d["reason"] for d in report.to_json()["selection"]["main"]["dropped"] if d["generator"] == "cutlass"]
+    assert len(dropped) == 1 and dropped[0].startswith("attention core")   # float32: no fused attention
     records = library_kernels(report.build.lowered)
     assert {json.loads(str(records[k.func]["kernel"]))["dtype"] for k in launches} == {"tfloat32"}
     assert {str(records[k.func]["record_dtype"]) for k in launches} == {"tfloat32->float32"}

@@ -51,11 +51,11 @@ from .contract import Acceptance, ContractResult, first_accepted
 from .errors import CutlassCodegenError, CutlassSetupError
 from .config import KernelConfig
 from .passes import b2b_pattern_source, codegen_options, offload_reason, prepare_passes, target_arch
-from .patterns import CODEGEN_NAME, OP_KINDS, Rejections, cutlass_patterns
+from .patterns import CODEGEN_NAME, OP_KINDS, CompositeName, Rejections, cutlass_patterns
 from .precision import math_dtype, precision_label
 from .pricing import describe
 from .records import record_config, workload_dtype
-from .workload import workload_from_function
+from .workload import composite_function, workload_from_function
 
 logger = logging.getLogger(__name__)
 
@@ -137,17 +137,26 @@ class CutlassGenerator:
                            str(data["workload"]), str(data["input_dtype"]))
 
     def _partitions(self, ctx: SelectionContext, rejections: Rejections, refused_cores: list) -> list[tvm.IRModule]:
-        """The pre-legalization function partitioned twice: attention cores (when the operator
-        kinds include batched matmuls; first, so a priority selection prefers them, as
-        :func:`~tvm_ext.cutlass.passes.offload_passes` does) and single operators, so both are
-        candidates."""
+        """The pre-legalization function partitioned up to three times, so each grouping is a
+        candidate: attention cores (when the operator kinds include batched matmuls; first, so a
+        priority selection prefers them, as :func:`~tvm_ext.cutlass.passes.offload_passes` does),
+        single operators with their longest epilogue, and, where that took a residual, single
+        operators without residuals: a GEMM that adds a residual may not split K (the broadcast
+        epilogue), one that leaves the add to its reader (a layer norm's kernel) may."""
         options = codegen_options(ctx.target)
         b2b = b2b_pattern_source(options)
         patterns = (b2b() if b2b is not None else []) + cutlass_patterns(self.ops, rejections)
         mod = tvm.IRModule(dict(ctx.mod.functions_items()))
         mod[mod.get_global_var(ctx.func_name)] = ctx.origin
         out = [partition_attention(mod, refused_cores)] if "batch_matmul" in self.ops else []
-        return out + [relax.transform.FuseOpsByPattern(patterns, bind_constants=False, annotate_codegen=True)(mod)]
+        longest = relax.transform.FuseOpsByPattern(patterns, bind_constants=False, annotate_codegen=True)(mod)
+        out.append(longest)
+        composites = [composite_function(f)[0] for _, f in longest.functions_items()
+                      if isinstance(f, relax.Function) and f.attrs is not None and f.attrs.get("Codegen") == CODEGEN_NAME]
+        if any(CompositeName.parse(name).epilogue.has_residual for name in composites):
+            plain = cutlass_patterns(self.ops, keep=lambda ep: not ep.has_residual)
+            out.append(relax.transform.FuseOpsByPattern(plain, bind_constants=False, annotate_codegen=True)(mod))
+        return out
 
     def candidates(self, ctx: SelectionContext) -> list[Candidate]:
         """One candidate per offloadable match (none without the pre-legalization function)."""
@@ -161,11 +170,14 @@ class CutlassGenerator:
         device = device_for(arch, ctx.device.name)
         database = default_database()
         is_group = lambda f: f.attrs is not None and f.attrs.get("Codegen") == CODEGEN_NAME  # noqa: E731
-        out, covered, matches = [], set(), []
+        out, covered, matches, seen = [], set(), [], set()
         traced = [t for part in parts for t in trace_partition(part, ctx.func_name, ctx.origin, is_group)]
         for outer, args, found in traced:
             covered.update(found)
             nodes = [n for n in (ctx.node_of_var(v) for v in found) if n is not None]
+            if ctx.ordered(nodes) in seen:     # the same grouping from another partition
+                continue
+            seen.add(ctx.ordered(nodes))
             if not nodes or not ctx.graph.is_convex(nodes):
                 ctx.drop(self.name, nodes, f"{outer.attrs['global_symbol']}: no convex node set")
                 continue

@@ -149,12 +149,13 @@ def make_pattern(op: str, epilogue: Epilogue, swap: bool = False, rejections: Re
     return FusionPattern(name, root, ann, _make_check(op, epilogue, name, rejections))
 
 
-def cutlass_patterns(ops: tuple[str, ...] = OP_KINDS, rejections: Rejections | None = None) -> list[FusionPattern]:
+def cutlass_patterns(ops: tuple[str, ...] = OP_KINDS, rejections: Rejections | None = None,
+                     keep: Callable[[Epilogue], bool] | None = None) -> list[FusionPattern]:
     """All single-operator patterns, longest epilogue first (dense before matmul); a residual
     after the activation in both operand orders. ``rejections`` collects why bare operators were
-    not taken (see :class:`Rejections`)."""
-    return [make_pattern(op, ep, swap, rejections) for ep in all_epilogues() for op in OP_KINDS if op in ops
-            for swap in ((False, True) if ep.residual_after_act else (False,))]
+    not taken (see :class:`Rejections`); ``keep`` limits the epilogues."""
+    return [make_pattern(op, ep, swap, rejections) for ep in all_epilogues() if keep is None or keep(ep)
+            for op in OP_KINDS if op in ops for swap in ((False, True) if ep.residual_after_act else (False,))]
 
 
 def partition_for_cutlass(mod, ops: tuple[str, ...] = OP_KINDS, extra_patterns: list[FusionPattern] | None = None):
