@@ -152,6 +152,27 @@ def test_fp16_clamps_huge_mask_constants():
     assert np.abs(out[:, 5:]).max() == 0.0
 
 
+def test_fp16_cast_clamps_only_finite_overflow():
+    from tvm_ext.frontend.fp16 import _to_fp16_array
+
+    values = np.array([1.5, 7e4, -1e9, np.inf, -np.inf, np.nan, 65519.0, -3.4e38], np.float32)
+    out = _to_fp16_array(values)
+    assert out.dtype == np.float16
+    np.testing.assert_array_equal(out[[0, 1, 2, 6, 7]].astype(np.float32), [1.5, 65504, -65504, 65504, -65504])
+    assert np.isposinf(out[3]) and np.isneginf(out[4]) and np.isnan(out[5])
+
+
+def test_import_skips_the_onnx_checker_and_restores_it(monkeypatch):
+    """TVM's importer runs onnx.checker on the whole serialized model only to warn; we skip it."""
+    model = conv_block()      # the builder checks what it builds
+    calls = []
+    monkeypatch.setattr(onnx.checker, "check_model", lambda *a, **k: calls.append(1))
+    from_onnx(model)
+    assert calls == []
+    onnx.checker.check_model(None)
+    assert calls == [1]       # the caller's checker is back
+
+
 def test_fp16_runs_opaque_calls_in_fp32(caplog):
     pads = onnx.numpy_helper.from_array(np.array([0, 1, 0, 2], np.int64), "pads")
     model = _model([helper.make_node("Pad", ["x", "pads"], ["p"], mode="reflect"),

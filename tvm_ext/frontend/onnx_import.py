@@ -15,9 +15,10 @@ records the ONNX name of each parameter (:func:`~tvm_ext.frontend.names.onnx_inp
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 import onnx
@@ -265,13 +266,14 @@ def from_onnx(
     from tvm.relax.frontend.onnx import from_onnx as relax_from_onnx
 
     try:
-        mod = relax_from_onnx(
-            proto,
-            shape_dict={k: list(v) for k, v in static_shapes.items()},
-            dtype_dict=dtype_dict,
-            opset=opset if opset is not None else _default_opset(proto),
-            keep_params_in_input=False,
-        )
+        with _without_onnx_checker():
+            mod = relax_from_onnx(
+                proto,
+                shape_dict={k: list(v) for k, v in static_shapes.items()},
+                dtype_dict=dtype_dict,
+                opset=opset if opset is not None else _default_opset(proto),
+                keep_params_in_input=False,
+            )
     except TVM_ERRORS + (AssertionError,) as err:  # AssertionError: the converters assert what they expect
         first_line = (str(err).strip().splitlines() or [""])[0]
         raise ModelConversionError(
@@ -295,6 +297,21 @@ def _binding_hint(proto: onnx.ModelProto, renames: Mapping[str, str]) -> str:
     example = names[0]
     return (f" (graph input(s) {uses}: the importer needs them constant; bind their values, e.g. "
             f"from_onnx(..., bind={{'{example}': [...]}}) or --bind {example}=V1,V2,...)")
+
+
+@contextlib.contextmanager
+def _without_onnx_checker() -> Iterator[None]:
+    """TVM's importer runs ``onnx.checker.check_model`` on the whole model and only turns what it
+    finds into warnings; the check serializes the model with its weights first (1.5 s of BERT-base's
+    10 s import, more for larger models). Within this block the importer skips it: a model the
+    checker would flag still imports (with a warning) either way, an operator without a converter
+    was refused before (:func:`unsupported_ops`), and each converter checks the nodes it converts."""
+    checker = onnx.checker.check_model
+    onnx.checker.check_model = lambda *args, **kwargs: None
+    try:
+        yield
+    finally:
+        onnx.checker.check_model = checker
 
 
 def _copy(proto: onnx.ModelProto) -> onnx.ModelProto:
