@@ -325,3 +325,21 @@ def test_emitting_a_selection_leaves_the_callers_module_alone():
 
     assert planned(out) == sorted(ctx.graph.nodes[c.nodes[0]].func_name for c in singles)
     assert planned(ctx.mod) == []
+
+
+def test_library_functions_named_alike_get_distinct_exported_symbols():
+    """Two CUTLASS candidates of one function can come from separate partitions with the same
+    name; the exported symbols must differ (ViT's glue defined one symbol twice)."""
+    from tvm_ext.select.emission import add_library_function
+
+    def library_function(n: int) -> relax.Function:
+        x = relax.Var("x", relax.TensorType((n,), "float32"))
+        return relax.Function([x], x).with_attr("global_symbol", "fused_relax_matmul_tvm_ext_cutlass") \
+            .with_attr("Codegen", "tvm_ext_cutlass")
+
+    bb = relax.BlockBuilder()
+    first, second = add_library_function(bb, library_function(4)), add_library_function(bb, library_function(8))
+    mod = bb.get()
+    symbols = [str(mod[g].attrs["global_symbol"]) for g in (first, second)]
+    assert symbols == [first.name_hint, second.name_hint] and len(set(symbols)) == 2
+    assert add_library_function(bb, library_function(4)).same_as(first)    # the same function once

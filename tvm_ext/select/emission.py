@@ -84,13 +84,24 @@ def _attach_single_plans(mod: tvm.IRModule, func_name: str, ctx: SelectionContex
     return with_functions(out, updates)   # never the caller's module: bb.get() is mod until a function is added
 
 
+def add_library_function(bb: relax.BlockBuilder, function: relax.Function) -> tvm.ir.GlobalVar:
+    """Add a library (``Codegen``) function under its ``global_symbol``; when another function
+    already has that name (candidates from separate partitions of one function are named alike),
+    the new one gets a fresh name and its ``global_symbol`` follows, since the library exports
+    each function under its ``global_symbol``."""
+    gvar = bb.add_func(function, str(function.attrs["global_symbol"]))
+    if str(bb.get()[gvar].attrs["global_symbol"]) != gvar.name_hint:
+        bb.update_func(gvar, function.with_attr("global_symbol", gvar.name_hint))
+    return gvar
+
+
 def _library_maker(cand: Candidate, ctx: SelectionContext, records: dict) -> Maker:
     generator = get_generator(cand.generator)
 
     def make(bb: relax.BlockBuilder, members: list, escaping: list) -> tuple:
         function, args = generator.library_call(cand, ctx)
-        symbol = str(function.attrs["global_symbol"])
-        gvar = bb.add_func(function, symbol)
+        gvar = add_library_function(bb, function)
+        symbol = gvar.name_hint
         records[symbol] = {"generator": cand.generator, "plan": plan_to_text(cand.plan),
                            "launches_per_call": int(cand.launch.kernels), "flops": int(cand.flops),
                            "global_bytes": int(cand.global_bytes), "key": cand.key,
