@@ -351,3 +351,34 @@ def test_residual_after_activation_keeps_the_operand_roles_of_its_adds():
     offloads = [workload_from_function(f) for _, f in after.functions_items()
                 if f.attrs is not None and "Codegen" in f.attrs]
     assert [o.workload.epilogue.residual_after_act for o in offloads] == [False]
+
+
+def _ffn_out(bias: bool):
+    """x[128, 256] @ W^T (+ b) + residual, then a layer norm: BERT's FFN down-projection."""
+    from tvm import relax
+
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((128, 256), "float16"))
+    r = relax.Var("r", relax.TensorType((128, 64), "float16"))
+    w = relax.const(tvm.runtime.tensor(__import__("numpy").ones((64, 256), "float16")))
+    gamma = relax.const(tvm.runtime.tensor(__import__("numpy").ones((64,), "float16")))
+    with bb.function("main", [x, r]):
+        with bb.dataflow():
+            y = bb.emit(relax.op.matmul(x, bb.emit(relax.op.permute_dims(w, [1, 0]))))
+            if bias:
+                y = bb.emit(relax.op.add(y, gamma))
+            y = bb.emit(relax.op.add(y, r))
+            out = bb.emit_output(bb.emit(relax.op.nn.layer_norm(y, gamma, gamma, axes=[-1])))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("bias, proposed", [(True, 2), (False, 1)], ids=["bias_residual", "residual"])
+def test_bias_residual_gemm_is_also_offered_without_the_residual(bias, proposed):
+    """bias + residual may not split K: the bias-only GEMM (split-K allowed, the residual add left to
+    the layer norm) is a second candidate; a residual-only epilogue splits K as it is, no variant."""
+    from tvm_ext.inspect import inspect
+
+    report = inspect(_ffn_out(bias), "tvm_ext/h100", "cutlass")
+    assert report.to_json()["selection"]["main"]["proposed"]["cutlass"] == proposed

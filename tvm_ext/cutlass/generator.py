@@ -58,6 +58,8 @@ from .records import record_config, workload_dtype
 from .workload import composite_function, workload_from_function
 
 logger = logging.getLogger(__name__)
+#: The epilogue source that rules out split-K (see :func:`~tvm_ext.cutlass.candidates.admissible`).
+BIAS_RESIDUAL = "bias_residual"
 
 
 @dataclass(frozen=True)
@@ -140,9 +142,12 @@ class CutlassGenerator:
         """The pre-legalization function partitioned up to three times, so each grouping is a
         candidate: attention cores (when the operator kinds include batched matmuls; first, so a
         priority selection prefers them, as :func:`~tvm_ext.cutlass.passes.offload_passes` does),
-        single operators with their longest epilogue, and, where that took a residual, single
-        operators without residuals: a GEMM that adds a residual may not split K (the broadcast
-        epilogue), one that leaves the add to its reader (a layer norm's kernel) may."""
+        single operators with their longest epilogue, and, where that took a bias and a residual,
+        GEMMs without that epilogue: a GEMM adding both may not split K (the broadcast epilogue
+        would add the bias once per slice), one that adds the bias and leaves the residual add to
+        its reader (a layer norm's kernel) may. Other epilogues split K as they are, and
+        convolutions never split K: a variant without their residual would only be one kernel
+        more."""
         options = codegen_options(ctx.target)
         b2b = b2b_pattern_source(options)
         patterns = (b2b() if b2b is not None else []) + cutlass_patterns(self.ops, rejections)
@@ -153,8 +158,10 @@ class CutlassGenerator:
         out.append(longest)
         composites = [composite_function(f)[0] for _, f in longest.functions_items()
                       if isinstance(f, relax.Function) and f.attrs is not None and f.attrs.get("Codegen") == CODEGEN_NAME]
-        if any(CompositeName.parse(name).epilogue.has_residual for name in composites):
-            plain = cutlass_patterns(self.ops, keep=lambda ep: not ep.has_residual)
+        gemm_ops = tuple(op for op in self.ops if op != "conv2d")   # convolutions never split K
+        if any(CompositeName.parse(name).op in gemm_ops and CompositeName.parse(name).epilogue.source == BIAS_RESIDUAL
+               for name in composites):
+            plain = cutlass_patterns(gemm_ops, keep=lambda ep: ep.source != BIAS_RESIDUAL)
             out.append(relax.transform.FuseOpsByPattern(plain, bind_constants=False, annotate_codegen=True)(mod))
         return out
 
