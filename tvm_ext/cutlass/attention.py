@@ -219,8 +219,9 @@ def _scale_of(call, lookup) -> tuple[float, relax.Expr] | str | None:
     for name, invert in (("relax.multiply", False), ("relax.divide", True)):
         if _call(call, name):
             lhs, rhs = call.args
-            for scores, const in ((lhs, rhs), (rhs, lhs)) if not invert else ((lhs, rhs),):
-                c = checks._scalar(lookup(const))
+            orders = ((lhs, rhs),) if invert else ((lhs, rhs), (rhs, lhs))   # c / scores is no scale
+            for scores, const in orders:
+                c = checks.scalar_value(lookup(const))
                 if c is not None and _call(lookup(scores), _MATMUL):
                     return (1.0 / c if invert else c), scores
             return "the scores are scaled by a value that is not a scalar constant"

@@ -185,7 +185,7 @@ def epilogue_reject_reason(annotated: Mapping[str, relax.Expr], op_call: relax.C
         if add in annotated and static_shape(annotated[add]) != out_shape:
             return "bias add broadcasts the output"
     if "hs_three" in annotated:
-        values = [_scalar(annotated[k]) for k in ("hs_three", "hs_lo", "hs_hi", "hs_six")]
+        values = [scalar_value(annotated[k]) for k in ("hs_three", "hs_lo", "hs_hi", "hs_six")]
         if values != [3.0, 0.0, 6.0, 6.0]:
             return f"not a hardswish (constants {values})"
     root_dtype = dtype_of(root)
@@ -196,7 +196,8 @@ def epilogue_reject_reason(annotated: Mapping[str, relax.Expr], op_call: relax.C
     return None
 
 
-def _scalar(expr: relax.Expr) -> float | None:
+def scalar_value(expr: relax.Expr) -> float | None:
+    """The value of a one-element constant (a relax constant or a TIR immediate), else None."""
     # IntImm/FloatImm derive from tvm.ir.Constant in 0.27: test them first.
     if isinstance(expr, (tvm.tirx.IntImm, tvm.tirx.FloatImm)):
         return float(expr.value)
