@@ -5,6 +5,8 @@ The contract tests compile one contract program (sm_80, about half a minute cold
 from __future__ import annotations
 
 import dataclasses
+import os
+import sys
 
 import numpy as np
 import pytest
@@ -12,6 +14,9 @@ import tvm
 from tvm import relax
 from tvm.script import ir as I, relax as R
 
+sys.path.insert(0, os.path.dirname(__file__))
+
+from test_cutlass_contract import edited          # sibling test module: a launcher with one seeded fault
 from tvm_ext.cutlass.attention import AttentionWorkload, Operand, attention_products, partition_attention
 from tvm_ext.cutlass.config import KernelConfig
 from tvm_ext.cutlass.contract import ContractCall, check_calls
@@ -188,22 +193,14 @@ def _call(module, tag: str = "") -> ContractCall:
     return ContractCall(off, kernel_for(off, cfg, ARCH))
 
 
-def _edited(call: ContractCall, tag: str, old: str, new: str) -> ContractCall:
-    source = call.kernel.source
-    assert old in source, f"the launcher no longer contains {old!r}: update the seeded fault"
-    entry = f"{call.kernel.entry}_{tag}"
-    source = source.replace(old, new, 1).replace(call.kernel.entry, entry)
-    return dataclasses.replace(call, kernel=dataclasses.replace(call.kernel, entry=entry, source=source))
-
-
 @pytest.fixture(scope="module")
 def verdicts():
     right = {"bert": _call(bert_like(), "bert"), "causal": _call(llama_like(), "causal"),
              "vit": _call(_vit_like(), "vit")}
     faults = {
-        "strides_swapped": _edited(right["bert"], "swap", "arguments.q_strideH = int32_t(args->q_stride_h);",
+        "strides_swapped": edited(right["bert"], "swap", "arguments.q_strideH = int32_t(args->q_stride_h);",
                                    "arguments.q_strideH = int32_t(args->q_stride_m);"),
-        "mask_ignored": _edited(right["causal"], "nomask", "args->causal ? Op::Kernel::CausalFromTopLeft",
+        "mask_ignored": edited(right["causal"], "nomask", "args->causal ? Op::Kernel::CausalFromTopLeft",
                                 "false ? Op::Kernel::CausalFromTopLeft"),
         "misaligned_q": dataclasses.replace(right["vit"], misalign=(("p0", 2),)),
     }
