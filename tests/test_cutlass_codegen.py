@@ -1,6 +1,8 @@
 """CUTLASS codegen pieces without nvcc: workloads, emitted CUDA, glue, offload pass wiring, layout."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import dataclasses
 import subprocess
 
@@ -385,3 +387,17 @@ def test_glue_passes_shapes_and_split_k():
     assert src.count('extern "C" int same_entry(') == len(offs)
     assert "args.m = 128; args.n = 48; args.k = 32; args.split_k = 4;" in src
     assert "args.batch = 2; args.m = 64; args.n = 64; args.k = 48; args.split_k = 1;" in src
+
+
+def test_every_cutlass_header_is_package_data():
+    """The CUTLASS builds include the package's own headers (the attention adapter, the contract
+    hook, the empty curand_kernel.h example 41 asks for): every one must be package data, or an
+    installed wheel cannot build (test_install.py checks a real install where a wheel builds)."""
+    import fnmatch
+    import tomllib
+
+    repo = Path(__file__).resolve().parents[1]
+    globs = tomllib.loads((repo / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["tvm_ext"]
+    package = repo / "tvm_ext"
+    headers = [str(p.relative_to(package)) for p in (package / "cutlass" / "include").rglob("*.h")]
+    assert headers and all(any(fnmatch.fnmatch(h, g) for g in globs) for h in headers), (headers, globs)

@@ -79,3 +79,17 @@ def test_devices_load_from_site_packages(venv_python, tmp_path):
     assert device_file.is_relative_to(site) and device_file.name == "h100.yaml", device_file
     assert not device_file.is_relative_to(REPO)
     assert int(count) >= 6
+
+
+def test_cutlass_headers_come_with_the_package(venv_python, tmp_path):
+    """The CUTLASS builds include the package's own headers (the attention adapter, the contract
+    hook, the empty curand_kernel.h CUTLASS example 41 asks for): they must be installed too."""
+    code = ("from tvm_ext.cutlass.nvcc import OWN_INCLUDE as d; "
+            "print(all((d / f).is_file() for f in ('tvm_ext_cutlass/attention_op.h', "
+            "'tvm_ext_cutlass/contract_attention.h', 'no_curand/curand_kernel.h'))); print(d)")
+    proc = subprocess.run([str(venv_python), "-c", code], capture_output=True, text=True, cwd=tmp_path,
+                          env=_env_without_the_checkout(), timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    found, where = proc.stdout.strip().splitlines()[-2:]
+    assert found == "True" and "site-packages" in where, where
+
