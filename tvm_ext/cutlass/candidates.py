@@ -20,6 +20,7 @@ import tvm
 
 from ..hardware import DeviceSpec
 from .config import API_2X, API_3X, KernelConfig
+from .epilogue import Epilogue
 from .workload import Workload
 from .attention import ATTENTION, attention_configs
 
@@ -95,12 +96,15 @@ def uses_3x(wl: Workload, arch: str) -> bool:
     return list(wl.max_alignment) == full
 
 
-def _may_split_k(wl: Workload) -> bool:
-    """Serial split-K: unbatched GEMMs whose epilogue reads at most one source tensor.
+def epilogue_splits_k(ep: Epilogue) -> bool:
+    """Whether serial split-K may run a GEMM with epilogue ``ep``: not bias + residual (the
+    broadcast epilogue would add its bias once per K slice)."""
+    return ep.source != "bias_residual"
 
-    The bias + residual (broadcast) epilogue would add its bias once per K slice.
-    """
-    return wl.kind == "gemm" and wl.batch == 1 and wl.epilogue.source != "bias_residual"
+
+def _may_split_k(wl: Workload) -> bool:
+    """Serial split-K: unbatched GEMMs whose epilogue allows it (:func:`epilogue_splits_k`)."""
+    return wl.kind == "gemm" and wl.batch == 1 and epilogue_splits_k(wl.epilogue)
 
 
 def admissible(wl: Workload, cfg: KernelConfig, arch: str) -> bool:

@@ -20,7 +20,7 @@ from scipy.special import erf
 
 from .b2b import ROLE_B1, ROLE_BIAS1
 from .epilogue import Epilogue
-from .workload import ROLE_A, ROLE_B, ROLE_BIAS, ROLE_RESIDUAL, Offload
+from .workload import ROLE_A, ROLE_B, ROLE_BIAS, ROLE_K, ROLE_Q, ROLE_RESIDUAL, ROLE_V, Offload
 
 #: numpy dtype of each tensor dtype a CUTLASS call takes (bfloat16 values are held as float32).
 _NUMPY = {"float16": np.float16, "bfloat16": np.float32, "float32": np.float32}
@@ -161,7 +161,7 @@ def _attention(off: Offload, t: Mapping[str, np.ndarray], idx: np.ndarray) -> np
     """``softmax(Q K^T * scale + bias) V`` at flat indices of the ``[B, M, H, Dv]`` output, with the
     operands viewed through the layouts the composite reads them in."""
     wl = off.workload
-    q, k, v = (op.to_logical(t[role]) for op, role in ((wl.q, "q"), (wl.k, "k"), (wl.v, "v")))
+    q, k, v = (op.to_logical(t[role]) for op, role in ((wl.q, ROLE_Q), (wl.k, ROLE_K), (wl.v, ROLE_V)))
     batch, heads = wl.batch_heads
     bias = None
     if ROLE_BIAS in t:

@@ -46,6 +46,7 @@ from ..select.origin import trace_partition
 from ..select.plan import plan_to_text
 from ..errors import KernelCompileError
 from .attention import partition_attention
+from .candidates import epilogue_splits_k
 from .codegen import device_for, ranked_configs
 from .contract import Acceptance, ContractResult, first_accepted
 from .errors import CutlassCodegenError, CutlassSetupError
@@ -58,8 +59,6 @@ from .records import record_config, workload_dtype
 from .workload import composite_function, workload_from_function
 
 logger = logging.getLogger(__name__)
-#: The epilogue source that rules out split-K (see :func:`~tvm_ext.cutlass.candidates.admissible`).
-BIAS_RESIDUAL = "bias_residual"
 
 
 @dataclass(frozen=True)
@@ -156,12 +155,11 @@ class CutlassGenerator:
         out = [partition_attention(mod, refused_cores)] if "batch_matmul" in self.ops else []
         longest = relax.transform.FuseOpsByPattern(patterns, bind_constants=False, annotate_codegen=True)(mod)
         out.append(longest)
-        composites = [composite_function(f)[0] for _, f in longest.functions_items()
+        composites = [CompositeName.parse(composite_function(f)[0]) for _, f in longest.functions_items()
                       if isinstance(f, relax.Function) and f.attrs is not None and f.attrs.get("Codegen") == CODEGEN_NAME]
         gemm_ops = tuple(op for op in self.ops if op != "conv2d")   # convolutions never split K
-        if any(CompositeName.parse(name).op in gemm_ops and CompositeName.parse(name).epilogue.source == BIAS_RESIDUAL
-               for name in composites):
-            plain = cutlass_patterns(gemm_ops, keep=lambda ep: ep.source != BIAS_RESIDUAL)
+        if any(c.op in gemm_ops and not epilogue_splits_k(c.epilogue) for c in composites):
+            plain = cutlass_patterns(gemm_ops, keep=epilogue_splits_k)
             out.append(relax.transform.FuseOpsByPattern(plain, bind_constants=False, annotate_codegen=True)(mod))
         return out
 

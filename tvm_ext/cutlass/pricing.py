@@ -85,8 +85,8 @@ def describe_attention(wl, cfg: KernelConfig, device: DeviceSpec) -> KernelDescr
     and batch entry walks all keys (causal: those up to its last row) in blocks of ``keys``.
 
     Flops are both products over the padded blocks; global bytes are Q and O once, K and V once
-    per query block (each CTA streams them), the bias once per (query block, key block) it
-    touches; shared memory holds the Q block, one K/V block and the score block (fp32), an
+    per query block (each CTA streams them, causal ones up to their last row), the bias once per
+    score it is added to; shared memory holds the Q block, one K/V block and the score block (fp32), an
     estimate of the kernel's ``SharedStorage`` (assumed, not read from the built kernel).
     """
     queries, keys, max_k = cfg.threadblock

@@ -21,6 +21,8 @@ from .patterns import CompositeName
 
 #: Roles of a composite's parameters, in call order.
 ROLE_A, ROLE_B, ROLE_BIAS, ROLE_RESIDUAL, ROLE_SCALAR = "a", "b", "bias", "residual", "scalar"
+#: Roles of the fused attention core's query, key and value.
+ROLE_Q, ROLE_K, ROLE_V = "q", "k", "v"
 
 
 class Workload(Protocol):

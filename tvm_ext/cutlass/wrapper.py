@@ -22,7 +22,8 @@ from .config import KernelConfig
 from .emit_gemm import ARGS_HEADER
 from .errors import CutlassSetupError
 from .nvcc import cache_dir, source_key, tvm_ffi_include
-from .workload import ROLE_A, ROLE_B, ROLE_BIAS, ROLE_RESIDUAL, Conv2dWorkload, GemmWorkload, Offload
+from .workload import (ROLE_A, ROLE_B, ROLE_BIAS, ROLE_K, ROLE_Q, ROLE_RESIDUAL, ROLE_V, Conv2dWorkload,
+                       GemmWorkload, Offload)
 
 _DL_CODES = {"float16": (2, 16), "bfloat16": (4, 16), "float32": (2, 32)}
 
@@ -122,7 +123,7 @@ def _attention_fill(wl, ptr: dict[str, str]) -> list[str]:
             f"args.v_stride_b = {vb}; args.v_stride_h = {vh}; args.v_stride_m = {vm};",
             f"args.bias_stride_b = {bb}; args.bias_stride_h = {bh}; args.bias_stride_m = {bm};",
             f"args.o_stride_m = {heads * wl.dv};",
-            f"args.q = {ptr['q']}; args.k = {ptr['k']}; args.v = {ptr['v']};",
+            f"args.q = {ptr[ROLE_Q]}; args.k = {ptr[ROLE_K]}; args.v = {ptr[ROLE_V]};",
             f"args.bias = {ptr.get(ROLE_BIAS, 'nullptr')}; args.o = {ptr['out']};"]
 
 
@@ -135,7 +136,7 @@ _FILLERS = {
     "attention": (lambda wl, ptr, split_k: _attention_fill(wl, ptr), "TvmExtAttentionArgs"),
 }
 #: Roles of tensors read in the input dtype (the attention core's Q, K and V included).
-INPUT_ROLES = (ROLE_A, ROLE_B, "b1", "q", "k", "v")
+INPUT_ROLES = (ROLE_A, ROLE_B, "b1", ROLE_Q, ROLE_K, ROLE_V)
 
 
 def operand_alignment_bytes(wl, cfg: KernelConfig) -> dict[str, int]:
@@ -149,8 +150,8 @@ def operand_alignment_bytes(wl, cfg: KernelConfig) -> dict[str, int]:
     out_bytes = tvm.DataType(getattr(wl, "out_dtype", wl.final_dtype)).bits // 8
     final_bytes = tvm.DataType(wl.final_dtype).bits // 8
     a, b, c = cfg.alignment
-    return {ROLE_A: a * in_bytes, ROLE_B: b * in_bytes, "b1": b * in_bytes, "q": a * in_bytes, "k": b * in_bytes,
-            "v": b * in_bytes, ROLE_BIAS: c * out_bytes,
+    return {ROLE_A: a * in_bytes, ROLE_B: b * in_bytes, "b1": b * in_bytes, ROLE_Q: a * in_bytes,
+            ROLE_K: b * in_bytes, ROLE_V: b * in_bytes, ROLE_BIAS: c * out_bytes,
             ROLE_RESIDUAL: c * out_bytes, "bias1": c * out_bytes, "out": c * final_bytes}
 
 
