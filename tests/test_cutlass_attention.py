@@ -115,6 +115,7 @@ def test_zero_constant_bias_adds_nothing():
     ("constant bias that is not a causal mask", llama_like(mask=np.full((1, 1, 64, 64), -1.0))),
     ("head dims", bert_like(dim=160, heads=1)),
     ("broadcastable", bert_like(bias_shape=(1, 1, 128, 1))),
+    ("not 8-element aligned", bert_like(seq=77, bias_shape=(1, 1, 1, 77))),
 ])
 def test_cores_the_kernel_cannot_take_stay_with_tvm_and_say_why(why, module):
     reasons: list = []
@@ -193,6 +194,16 @@ def _call(module, tag: str = "") -> ContractCall:
     return ContractCall(off, kernel_for(off, cfg, ARCH))
 
 
+def _row_bias_call(keys: int) -> ContractCall:
+    """A [1, 1, 1, keys] bias whose rows the kernel reads in 8-element vectors, past their end."""
+    op = Operand((1, keys, 2, 64), (0, 2, 1, 3))
+    wl = AttentionWorkload(op, op, op, "float16", 0.125, bias_shape=(1, 1, 1, keys))
+    off = Offload("attention_row_bias", "tvm_ext_cutlass.attention", wl, ("q", "k", "bias", "v"),
+                  (op.shape, op.shape, wl.bias_shape, op.shape), op.shape)
+    cfg = KernelConfig("2x", (64, 64, 64), (4, 1, 1), (16, 8, 16), 2, swizzle=1)
+    return ContractCall(off, kernel_for(off, cfg, ARCH))
+
+
 @pytest.fixture(scope="module")
 def verdicts():
     right = {"bert": _call(bert_like(), "bert"), "causal": _call(llama_like(), "causal"),
@@ -203,6 +214,7 @@ def verdicts():
         "mask_ignored": edited(right["causal"], "nomask", "args->causal ? Op::Kernel::CausalFromTopLeft",
                                 "false ? Op::Kernel::CausalFromTopLeft"),
         "misaligned_q": dataclasses.replace(right["vit"], misalign=(("p0", 2),)),
+        "bias_row_overread": _row_bias_call(77),     # analyze() refuses it; the contract must too
     }
     calls = {**right, **faults}
     return dict(zip(calls, check_calls(list(calls.values()))))
@@ -221,6 +233,7 @@ def test_contract_accepts_the_seed_models_cores(verdicts, name):
     ("strides_swapped", "differ from the Relax reference"),
     ("mask_ignored", "differ from the Relax reference"),
     ("misaligned_q", "starts at address"),
+    ("bias_row_overread", "bias is read up to element 79"),
 ])
 def test_contract_catches_seeded_faults(verdicts, name, finding):
     result = verdicts[name]

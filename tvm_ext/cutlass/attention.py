@@ -42,11 +42,10 @@ from .config import API_2X, KernelConfig
 from .epilogue import Epilogue
 from .errors import CutlassCodegenError
 from .patterns import CODEGEN_NAME, CompositeName
-from .workload import ROLE_BIAS, ROLE_SCALAR, register_parser
+from .workload import ROLE_BIAS, ROLE_K, ROLE_Q, ROLE_SCALAR, ROLE_V, register_parser
 
 ATTENTION = "attention"
 ATTENTION_NAME = f"{CODEGEN_NAME}.{ATTENTION}"
-ROLE_Q, ROLE_K, ROLE_V = "q", "k", "v"
 #: Largest head dim of the register-resident kernels (``kMaxK``).
 MAX_HEAD_DIM = 128
 #: A mask entry at or below this is masked out (exp underflows to 0 in float32 after the max).
@@ -295,7 +294,7 @@ def analyze(root: relax.Expr, lookup: Callable[[relax.Expr], relax.Expr]) -> Cor
             bias_shape = tuple(shape)
     wl = AttentionWorkload(qo, ko, vo, dtype, float(scale), causal, bias_shape)
     vec = wl.max_alignment[0]
-    if bias_shape and any(wl.bias_strides()) and n % vec:
+    if bias_shape and n % vec:   # also a broadcast row: the last vector would read past its end
         return f"bias rows of {n} elements are not {vec}-element aligned (the kernel loads them in vectors)"
     return Core(q, k, v, bias, wl, (scores, root.args[0]))
 

@@ -3,7 +3,7 @@
 //
 // From the kernel's own Params it computes what the kernel addresses: query, key and value rows at
 // b * strideB + row * strideM + h * strideH + d, the bias at b * bias_strideB + h * bias_strideH +
-// m * bias_strideM + n, and the output at (b * num_queries + m) * o_strideM + h * head_dim_value + d
+// m * bias_strideM + n (rows read in whole kAlignmentQ-element vectors), and the output at (b * num_queries + m) * o_strideM + h * head_dim_value + d
 // (advance_to_block in kernel_forward.h). Sampled outputs are emulated in double: scores scaled,
 // the bias added (or the keys past the query masked when custom_mask_type is causal from the top
 // left), softmax over the keys, probabilities times values.
@@ -50,7 +50,12 @@ void attention(typename Op::Arguments const& p, Report& r) {
   r.operand("Q", p.query_ptr, sizeof(T), 0, q_at(B - 1, M - 1, H - 1, D - 1), false);
   r.operand("K", p.key_ptr, sizeof(T), 0, k_at(B - 1, N - 1, H - 1, D - 1), false);
   r.operand("V", p.value_ptr, sizeof(T), 0, v_at(B - 1, N - 1, H - 1, Dv - 1), false);
-  if (has_bias) r.operand("bias", p.attn_bias_ptr, sizeof(T), 0, bias_at(B - 1, H - 1, M - 1, N - 1), false);
+  if (has_bias) {
+    // the bias loader reads rows in kAlignmentQ-element vectors: a row's last vector ends at the
+    // next multiple of kAlignmentQ, past N when N is not one
+    const long long row_end = (N + AK::kAlignmentQ - 1) / AK::kAlignmentQ * AK::kAlignmentQ;
+    r.operand("bias", p.attn_bias_ptr, sizeof(T), 0, bias_at(B - 1, H - 1, M - 1, row_end - 1), false);
+  }
   r.operand("O", p.output_ptr, sizeof(T), 0, o_at(B - 1, M - 1, H - 1, Dv - 1), true);
 
   std::vector<double> score(static_cast<std::size_t>(N));
