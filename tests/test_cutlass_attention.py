@@ -79,6 +79,28 @@ def llama_like(seq: int = 64, heads: int = 2, dim: int = 64, mask: np.ndarray | 
     return Module
 
 
+def constant_queries(seq: int = 64, heads: int = 2, dim: int = 64):
+    """DETR's first decoder layer after import: its queries are constants (zeros plus the learned
+    query embedding, projected and folded), the keys and values are not."""
+    hd = (1, heads, seq, dim)
+    const = relax.const(np.random.default_rng(0).standard_normal(hd).astype("float16"))
+
+    @I.ir_module
+    class Module:
+        @R.function
+        def main(k: R.Tensor(hd, "float16"), v: R.Tensor(hd, "float16")):
+            with R.dataflow():
+                kt = R.permute_dims(k, axes=[0, 1, 3, 2])
+                s = R.matmul(const, kt)
+                p = R.nn.softmax(s, axis=-1)
+                o = R.matmul(p, v)
+                out = R.permute_dims(o, axes=[0, 2, 1, 3])
+                R.output(out)
+            return out
+
+    return Module
+
+
 def _offloads(mod: tvm.IRModule) -> list[Offload]:
     part = partition_attention(mod)
     return [workload_from_function(f) for _, f in part.functions_items()
@@ -116,6 +138,7 @@ def test_zero_constant_bias_adds_nothing():
     ("head dims", bert_like(dim=160, heads=1)),
     ("broadcastable", bert_like(bias_shape=(1, 1, 128, 1))),
     ("not 8-element aligned", bert_like(seq=77, bias_shape=(1, 1, 1, 77))),
+    ("q operands are constants", constant_queries()),
 ])
 def test_cores_the_kernel_cannot_take_stay_with_tvm_and_say_why(why, module):
     reasons: list = []

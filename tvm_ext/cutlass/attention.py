@@ -273,6 +273,9 @@ def analyze(root: relax.Expr, lookup: Callable[[relax.Expr], relax.Expr]) -> Cor
         if isinstance(part, str):
             return part
     (q, qo), (k, ko), (v, vo) = parts
+    folded = [role for role, e in ((ROLE_Q, q), (ROLE_K, k), (ROLE_V, v)) if isinstance(lookup(e), tvm.ir.Constant)]
+    if folded:      # DETR's first decoder layer: its queries are constants the import folded
+        return f"the {'/'.join(folded)} operands are constants (the kernel reads them as call arguments)"
     reason = _shape_reason(qo, ko, vo, dtype, [checks.dtype_of(e) for e in (q, k, v)])
     if reason:
         return reason
