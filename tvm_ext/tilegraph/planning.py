@@ -47,7 +47,7 @@ from .padding import paddable, padding_flops
 from .plans import TilePlan
 from .block_work import BlockWork, TileWork, gcd_threads
 from .schedule import WARP, TileScheduleError
-from .tensor_core import Misaligned, stepped_reduction
+from .tensor_core import Misaligned, Unfit, stepped_reduction
 from .tile_graph import ConnectLevel, TileGraph
 
 #: Output tiles of a group tried (best first) before it counts as unplannable: Welder profiles
@@ -204,6 +204,12 @@ class _Buildable(NamedTuple):
         return sum(1 for w in self.work if w.wmma is not None and not w.tensor_core)
 
     @property
+    def unfit(self) -> int:
+        """Contractions no tile puts on tensor cores (:class:`~.tensor_core.Unfit`): SIMT in every
+        tile, so no tile of the kernel has fewer than this many :attr:`simt`."""
+        return sum(1 for w in self.work if isinstance(w.wmma, Unfit))
+
+    @property
     def padding(self) -> float:
         """``tiles x tile / output`` of the output block (1.0: the tile divides the output)."""
         return self.work[-1].recompute
@@ -253,10 +259,13 @@ def _bound(cand: TileCandidate, shape: tuple[int, ...]) -> float:
 
 def _cannot_beat(best: "_Buildable", cand: TileCandidate, shape: tuple[int, ...]) -> bool:
     """Whether no option of ``cand`` can come before ``best`` by :meth:`_Buildable.key`: ``best``
-    recomputes nothing and leaves no GEMM to SIMT, and ``cand``'s padded score is no lower than
-    ``best``'s (a tie goes to the earlier rank, and tiles are tried in that order). Such a tile is not
-    built at all (exact: the choice is the one building every tile makes)."""
-    return best.overlap == 1.0 and best.simt == 0 and _bound(cand, shape) >= best.cand.score * best.padding
+    recomputes nothing and leaves no GEMM to SIMT that some tile could put on tensor cores (a
+    depthwise convolution, a GEMM reading an inlined producer are SIMT in every tile), and
+    ``cand``'s padded score is no lower than ``best``'s (a tie goes to the earlier rank, and tiles
+    are tried in that order). Such a tile is not built at all (exact: the choice is the one
+    building every tile makes)."""
+    return (best.overlap == 1.0 and best.simt == best.unfit
+            and _bound(cand, shape) >= best.cand.score * best.padding)
 
 
 def _best_buildable(ranked: list[TileCandidate], works: _TileWorks, shared_limit: int, shape: tuple[int, ...], *,

@@ -92,6 +92,12 @@ class WmmaFit:
     depth: int = 0
 
 
+class Unfit(str):
+    """Why a contraction runs on tensor cores in no tile at all: its body (accumulator type, an
+    operand that is not a float16 load, the index layout) is not ``C += A * B`` on fragments. The
+    planner counts such a block as a SIMT contraction of every tile of the kernel."""
+
+
 class Misaligned(str):
     """Why a contraction does not run on tensor cores, where the cause is its extents (no whole
     fragments per tile, a border tile cut, rows not 32-byte aligned): padding it to whole
@@ -162,17 +168,17 @@ def wmma_fit(sch, block, realize, spatial: list, reduce: list, extent, kstep: in
     stmt = sch.get(block)
     found = _operands(stmt)
     if isinstance(found, str):
-        return found
+        return Unfit(found)
     store, a, b, i, j, k = found
     moving = {i, j, k}
     if not _layout(a, i, k):
-        return "A is not indexed [..., i, k]"
+        return Unfit("A is not indexed [..., i, k]")
     trans_b = _layout(b, j, k)
     if not (trans_b or _layout(b, k, j)):
-        return "B is not indexed [..., k, j] or [..., j, k]"
+        return Unfit("B is not indexed [..., k, j] or [..., j, k]")
     if not (_independent(a, moving) and _independent(b, moving) and not any(_vars(e) & moving
                                                                             for e in list(store.indices)[:-2])):
-        return "a batch index moves with i, j or k"
+        return Unfit("a batch index moves with i, j or k")
     if len(reduce) != 1 or len(spatial) < 2:
         return "the tile has not one reduction loop and two matrix loops"
     binding = {iv.var: value for iv, value in zip(realize.block.iter_vars, realize.iter_values)}
@@ -197,7 +203,7 @@ def wmma_fit(sch, block, realize, spatial: list, reduce: list, extent, kstep: in
     pos_a = next(p for p, buf in enumerate(reads) if buf.same_as(a.source))
     pos_b = next(p for p, buf in enumerate(reads) if buf.same_as(b.source))
     if pos_a == pos_b:
-        return "A and B are the same buffer"
+        return Unfit("A and B are the same buffer")
     return WmmaFit(trans_b, str(store.buffer.ty.dtype), lead * (m // FRAGMENT) * (n // FRAGMENT), staged,
                    pos_a, pos_b, step, depth)
 
@@ -312,4 +318,4 @@ def tensorize(sch, stages: list) -> None:
             sch.tensorize(loops[-2], intrinsic)
 
 
-__all__ = ["Misaligned", "WmmaFit", "schedule_wmma", "stepped_reduction", "tensorize", "wmma_fit"]
+__all__ = ["Misaligned", "Unfit", "WmmaFit", "schedule_wmma", "stepped_reduction", "tensorize", "wmma_fit"]
