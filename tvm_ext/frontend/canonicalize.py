@@ -4,6 +4,7 @@ from __future__ import annotations
 import tvm
 
 from .clip import lift_min_max
+from .fold_views import FoldConstantViews
 from .fp16 import ConvertToFloat16
 from .gelu import FuseGelu
 from .pad import FoldPadIntoConv, lift_pad
@@ -25,8 +26,10 @@ def canonicalize_passes() -> tvm.transform.Sequential:
        convolution with constant weights into the convolution's weights and a bias add.
     4. ``DecomposeOpsForInference`` - rewrite the remaining ``batch_norm`` (and other
        training-style composites such as ``tensor_to_shape``) into elementwise ops.
-    5. ``FoldConstant`` - evaluate every all-constant subexpression (transposed Gemm
-       weights, BN scale/shift, shape arithmetic of the importer).
+    5. ``FoldConstantViews`` then ``FoldConstant`` - evaluate every all-constant subexpression
+       (transposed Gemm weights, BN scale/shift, shape arithmetic of the importer); layout calls
+       on constants in numpy first, where FoldConstant compiles each with LLVM
+       (:mod:`~tvm_ext.frontend.fold_views`).
     6. ``FuseGelu`` - GELU written out in erf or tanh form (exports before opset 20) becomes
        ``R.nn.gelu`` / ``R.nn.gelu_tanh``: an activation GEMM epilogues take
        (:mod:`~tvm_ext.frontend.gelu`).
@@ -50,6 +53,7 @@ def canonicalize_passes() -> tvm.transform.Sequential:
             LiftTECalls([lift_pad, lift_min_max]),
             FoldBatchnormToConv2D(),
             DecomposeOpsForInference(),
+            FoldConstantViews(),
             FoldConstant(),
             FuseGelu(),
             FoldPadIntoConv,
