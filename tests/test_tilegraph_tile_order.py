@@ -79,15 +79,16 @@ def inverted_residual(channels: int = 16, expand: int = 4, image: int = 14):
 
 def test_contractions_no_tile_puts_on_tensor_cores_do_not_hold_the_search(monkeypatch):
     """A best tile that recomputes nothing and whose SIMT contractions are SIMT in every tile
-    (:class:`~tvm_ext.tilegraph.tensor_core.Unfit`: depthwise and NCHW 1x1 convolutions) stops the
-    search like one with every contraction on tensor cores (MobileNet-V2: 45% fewer tiles built)."""
+    (:class:`~tvm_ext.tilegraph.tensor_core.Unfit`: depthwise and NCHW 1x1 convolutions), in a cut
+    border tile too, stops the search like one with every contraction on tensor cores
+    (MobileNet-V2: 5751 -> 2384 tile schedules built, the same plans)."""
     model = inverted_residual()
     groups = [g for size in (1, 2, 3) for g in _groups(_context(model), size, 6)]
     fast, fast_built = _plans(_context(model), groups, monkeypatch, exhaustive=False)
     full, full_built = _plans(_context(model), groups, monkeypatch, exhaustive=True)
     assert fast == full
     assert any(isinstance(p, planning.TilePlan) and p.code_path == "simt_contraction" for p, _ in fast)
-    assert 2 * fast_built <= full_built, (fast_built, full_built)
+    assert 4 * fast_built <= full_built, (fast_built, full_built)     # 48 of 215
 
 
 def test_border_padding_is_the_cut_tiles_share():

@@ -53,7 +53,7 @@ from ..graph import element_bytes, is_contraction, sblocks
 from ..tir.unchecked_schedule import UncheckedSchedule
 from .plans import TilePlan
 from .padding import PaddingError, pad_to_fragments
-from .tensor_core import Misaligned, WmmaFit, loops_below, schedule_wmma, wmma_fit
+from .tensor_core import Misaligned, Unfit, WmmaFit, loops_below, schedule_wmma, wmma_fit
 from .tensor_core import tensorize as tensorize_stages
 
 #: Lanes of one warp: the ``threadIdx.x`` extent of every block (a row reduction's lanes).
@@ -306,12 +306,14 @@ CUT_TILE = Misaligned("the tile does not divide the output (a cut border tile ha
 
 def _fit(sch, block, spatial: list, reduce: list, cut: bool, kstep: int = 0) -> WmmaFit | str:
     """:func:`~tvm_ext.tilegraph.tensor_core.wmma_fit` of ``block`` with its loops under the tile
-    (refused where a cut border tile predicates them; a contraction padded to whole fragments
-    computes its border tile whole, into its padded buffer)."""
+    (refused where a cut border tile predicates them, unless no tile fits them at all: a
+    contraction padded to whole fragments computes its border tile whole, into its padded buffer)."""
     realize = _realize(sch, block)
-    if cut and not (isinstance(realize.predicate, tirx.IntImm) and int(realize.predicate.value) == 1):
+    fit = wmma_fit(sch, block, realize, spatial, reduce, lambda lp: _extent(sch, lp), kstep)
+    if cut and not isinstance(fit, Unfit) and not (isinstance(realize.predicate, tirx.IntImm)
+                                                   and int(realize.predicate.value) == 1):
         return CUT_TILE
-    return wmma_fit(sch, block, realize, spatial, reduce, lambda lp: _extent(sch, lp), kstep)
+    return fit
 
 
 def _bind_wmma(sch, block, anchor, ty: int, shared_scope: str, cut: bool, kstep: int) -> list:
