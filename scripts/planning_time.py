@@ -9,9 +9,15 @@ layers (``tvm_ext.models.bert.bert_layer``, chained) and ``--swin`` stacks of Sw
 (``tvm_ext.models.swin.swin_block``, shifted and unshifted alternating) to see how the time grows
 with depth: with identical layers planned once, it should grow far slower than the layer count.
 
+``--end-to-end`` times what a user waits for instead: ``tvm-ext inspect`` of each ONNX model
+(import, graph stage, scheduling, lowering, the build with its CUTLASS compiles, which the
+on-disk cache makes cold or warm), with the seconds of each stage and of each generator, the
+modelled time and the budget notes; ``--markdown`` writes those rows as a table.
+
 Usage::
 
     python3 scripts/planning_time.py MODEL.onnx [MODEL.onnx ...] [--presets full,tilegraph] [--fp16]
+    python3 scripts/planning_time.py --seed-suite --fp16 --end-to-end --json e2e.json --markdown e2e.md
     python3 scripts/planning_time.py --seed-suite --fp16 --json planning.json
     python3 scripts/planning_time.py --bert 1,2,4,8 --presets tilegraph --fp16
     python3 scripts/planning_time.py --swin 1,2,4,8 --presets full --fp16
@@ -21,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import re
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -32,6 +39,7 @@ from onnx import compose
 from tvm_ext.driver import load_module, preset_passes
 from tvm_ext.graph import OpGraph
 from tvm_ext.hardware import resolve_target
+from tvm_ext.inspect import inspect
 from tvm_ext.models.bert import bert_layer
 from tvm_ext.models.skeleton import load_model, resolve_models
 from tvm_ext.models.swin import swin_block
@@ -92,6 +100,38 @@ def measure(mod: tvm.IRModule, preset: str, target: tvm.target.Target) -> dict:
             "budget_notes": notes}
 
 
+def measure_end_to_end(path: Path, preset: str, target: tvm.target.Target, fp16: bool) -> dict:
+    """Wall seconds of :func:`tvm_ext.inspect.inspect` on ``path``, its stages' seconds, each
+    generator's seconds (summed over the graph stage's runs), the modelled time and budget notes."""
+    seconds: dict[str, float] = defaultdict(float)
+
+    def add(event: ProgressEvent) -> None:
+        if event.generator is not None and event.share is not None:
+            seconds[event.generator] += event.seconds
+
+    start = time.perf_counter()
+    with listening(add):
+        report = inspect(str(path), target, preset, fp16=fp16)
+    wall = time.perf_counter() - start
+    data = report.to_json()
+    notes = sorted({n for n in re.findall(r"[a-z_]+: budget exhausted after [^\"]*", json.dumps(data))})
+    return {"wall_s": wall, "stages": data["stage_seconds"], "generators": dict(seconds),
+            "modelled_us": data["modelled_time_s"] * 1e6, "budget_notes": notes}
+
+
+def markdown(rows: list[dict]) -> str:
+    """The end-to-end rows as a table: model, wall seconds, import/graph/rest, the generators."""
+    lines = ["| model | preset | wall s | import s | graph s | rest s | generators (s) | modelled us |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        st = r["stages"]
+        rest = sum(v for k, v in st.items() if k not in ("import", "graph"))
+        gens = ", ".join(f"{g} {v:.1f}" for g, v in sorted(r["generators"].items(), key=lambda kv: -kv[1]) if v >= 0.5)
+        lines.append(f"| {r['model']} | {r['preset']} | {r['wall_s']:.1f} | {st.get('import', 0):.1f} | "
+                     f"{st.get('graph', 0):.1f} | {rest:.1f} | {gens} | {r['modelled_us']:.2f} |")
+    return "\n".join(lines) + "\n"
+
+
 def _parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("models", nargs="*", help="ONNX files or seed-model names (resnet50_b1_fp32)")
@@ -101,8 +141,14 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--fp16", action="store_true", help="convert the models to float16 at import")
     p.add_argument("--bert", default="", help="comma-separated BERT stack depths, e.g. 1,2,4,8")
     p.add_argument("--swin", default="", help="comma-separated Swin stack depths (blocks), e.g. 1,2,4,8")
+    p.add_argument("--end-to-end", action="store_true",
+                   help="time tvm-ext inspect of each ONNX model (every stage and the build), not the graph stage")
     p.add_argument("--json", type=Path, help="also write the results here")
-    return p.parse_args(argv)
+    p.add_argument("--markdown", type=Path, help="with --end-to-end: also write a markdown table here")
+    args = p.parse_args(argv)
+    if args.end_to_end and (args.bert or args.swin):
+        p.error("--end-to-end times ONNX models; the --bert and --swin stacks are graph-stage measurements")
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -115,6 +161,17 @@ def main(argv: list[str] | None = None) -> int:
     inputs += [(f"bert_x{int(d)}", bert_stack(int(d))) for d in args.bert.split(",") if d.strip()]
     inputs += [(f"swin_x{int(d)}", swin_stack(int(d))) for d in args.swin.split(",") if d.strip()]
     results = []
+    if args.end_to_end:
+        for path in paths:
+            for preset in [p.strip() for p in args.presets.split(",") if p.strip()]:
+                got = measure_end_to_end(path, preset, target, args.fp16)
+                results.append({"model": path.stem, "preset": preset, **got})
+                print(markdown(results[-1:]).splitlines()[-1], flush=True)
+                for note in got["budget_notes"]:
+                    print(f"    {note}", flush=True)
+        if args.markdown:
+            args.markdown.write_text(markdown(results))
+        inputs = []
     for label, model in inputs:
         mod = load_module(model, fp16=args.fp16)
         nodes = call_nodes(mod)
