@@ -15,8 +15,9 @@ Example (Welder §2: A[98304x64] x B[64x128] -> softmax, FP32)
 """
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from ..errors import AnalysisError
@@ -47,7 +48,9 @@ class TrafficReport:
 
     ``global_bytes`` = ``load_bytes + store_bytes`` over all ``num_tiles`` tiles; ``shared_bytes``
     is the best-fit on-chip footprint of one tile; ``lower_bound_bytes`` is the group's traffic
-    with every external input read once and every output written once.
+    with every external input read once and every output written once. The footprint and the
+    lower bound are computed when first read: the tile graph weighs thousands of tilings by
+    their traffic and plans each kernel's buffers itself, per reduction step.
     """
 
     members: tuple[int, ...]
@@ -55,11 +58,25 @@ class TrafficReport:
     num_tiles: int
     load_bytes: int
     store_bytes: int
-    shared_bytes: int
-    lower_bound_bytes: int
     tensors: Mapping[str, TensorTraffic]
-    footprint: FootprintReport
+    plan_footprint: Callable[[], FootprintReport] = field(repr=False, compare=False)
+    group_bound: Callable[[], int] = field(repr=False, compare=False)
     shared_capacity: int | None = None
+
+    @cached_property
+    def footprint(self) -> FootprintReport:
+        """Best-fit on-chip buffers of one tile."""
+        return self.plan_footprint()
+
+    @property
+    def shared_bytes(self) -> int:
+        """Peak bytes of :attr:`footprint`."""
+        return self.footprint.peak_bytes
+
+    @cached_property
+    def lower_bound_bytes(self) -> int:
+        """The group's traffic with every external input read once and every output written once."""
+        return self.group_bound()
 
     @property
     def global_bytes(self) -> int:
@@ -144,11 +161,12 @@ def traffic(graph: OpGraph, members: int | Iterable[int],
         else:
             role, moved = "intermediate", 0
         per_tensor[name] = TensorTraffic(name, role, region, tile_bytes, moved)
-    plan = plan_best_fit(tile_buffers(graph, order, regions, include_scratch), alignment)
     return TrafficReport(members=tuple(order), output_tiles={n: r.extents for n, r in tiles.items()},
-                         num_tiles=count, load_bytes=load, store_bytes=store,
-                         shared_bytes=plan.peak_bytes, lower_bound_bytes=group_traffic_default(graph, order),
-                         tensors=per_tensor, footprint=plan, shared_capacity=_shared_capacity(device))
+                         num_tiles=count, load_bytes=load, store_bytes=store, tensors=per_tensor,
+                         plan_footprint=lambda: plan_best_fit(tile_buffers(graph, order, regions, include_scratch),
+                                                              alignment),
+                         group_bound=lambda: group_traffic_default(graph, order),
+                         shared_capacity=_shared_capacity(device))
 
 
 def group_traffic_default(graph: OpGraph, members: int | Iterable[int]) -> int:
