@@ -1,7 +1,8 @@
 """Replace functions of an IRModule without touching the caller's module.
 
 ``mod[gv] = func`` writes into ``mod`` itself; a pass that does so changes a module its caller
-may still hold (and compare against). :func:`with_functions` returns a changed copy instead.
+may still hold (and compare against). :func:`with_functions` returns a changed copy instead;
+:func:`rewrite_relax_functions` runs a Relax mutator over a module's functions into its builder's.
 
 Example
 -------
@@ -14,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import tvm
+from tvm import relax
 
 
 def with_functions(mod: tvm.IRModule, updates: Mapping[tvm.ir.GlobalVar, tvm.ir.BaseFunc]) -> tvm.IRModule:
@@ -26,4 +28,15 @@ def with_functions(mod: tvm.IRModule, updates: Mapping[tvm.ir.GlobalVar, tvm.ir.
     return out
 
 
-__all__ = ["with_functions"]
+def rewrite_relax_functions(mod: tvm.IRModule, mutator: relax.PyExprMutator, *,
+                            skip_offloaded: bool = False) -> tvm.IRModule:
+    """The module of ``mutator`` (a ``relax.PyExprMutator`` made over ``mod``, so ``mod`` stays as
+    it is) once it has rewritten every Relax function of ``mod``; with ``skip_offloaded``, not
+    those already offloaded to a library (a ``Codegen`` attribute)."""
+    for gvar, func in mod.functions_items():
+        if isinstance(func, relax.Function) and not (skip_offloaded and func.attrs and "Codegen" in func.attrs):
+            mutator.builder_.update_func(gvar, mutator.visit_expr(func))
+    return mutator.builder_.get()
+
+
+__all__ = ["rewrite_relax_functions", "with_functions"]

@@ -41,10 +41,11 @@ import numpy as np
 import tvm
 from tvm import relax
 
-from .checks import OUTPUT_DTYPES, dtype_of, min_alignment, static_shape
-from .padding import PAD_BITS, pad_multiple, rewrite_graph_functions, zero_pad_last_axes
-from .precision import input_dtypes
+from ..ir_update import rewrite_relax_functions
 from .attention import attention_products
+from .checks import OUTPUT_DTYPES, dtype_of, min_alignment, static_shape
+from .padding import PAD_BITS, pad_multiple, zero_pad_last_axes
+from .precision import input_dtypes
 
 _LOG = logging.getLogger(__name__)
 
@@ -166,7 +167,7 @@ class _GemmPadder(relax.PyExprMutator):
 def pad_gemm_extents(mod: tvm.IRModule) -> tvm.IRModule:
     """Pad ``K`` and ``N`` of every GEMM that needs and allows it (:func:`gemm_padding`)."""
     padder = _GemmPadder(mod)
-    out = rewrite_graph_functions(padder, mod)
+    out = rewrite_relax_functions(mod, padder, skip_offloaded=True)
     if padder.padded:
         _LOG.info("padded K and/or N of %d GEMMs to multiples of %d bits", padder.padded, PAD_BITS)
     return out

@@ -21,6 +21,7 @@ import numpy as np
 import tvm
 from tvm import relax
 
+from ..ir_update import rewrite_relax_functions
 from .checks import OUTPUT_DTYPES, dtype_of, min_alignment, static_shape
 from .precision import input_dtypes
 
@@ -64,15 +65,6 @@ def zero_pad_last_axes(expr: relax.Expr, extras: tuple[int, ...]) -> relax.Expr:
     return relax.op.nn.pad(expr, widths)
 
 
-def rewrite_graph_functions(mutator: relax.PyExprMutator, mod: tvm.IRModule) -> tvm.IRModule:
-    """``mod`` with ``mutator`` (made over ``mod``) run on every Relax function not yet offloaded
-    (no ``Codegen`` attribute)."""
-    for gvar, func in mod.functions_items():
-        if isinstance(func, relax.Function) and not (func.attrs and "Codegen" in func.attrs):
-            mutator.builder_.update_func(gvar, mutator.visit_expr(func))
-    return mutator.builder_.get()
-
-
 @relax.expr_functor.mutator
 class _ChannelPadder(relax.PyExprMutator):
     def __init__(self, mod: tvm.IRModule, multiple: int | None):
@@ -100,7 +92,7 @@ def pad_conv_channels(mod: tvm.IRModule, multiple: int | None = None) -> tvm.IRM
     """Pad the input channels of every NHWC/OHWI conv2d CUTLASS may take to a multiple of ``multiple``
     (default: one 128-bit access of its dtype, :func:`pad_multiple`)."""
     padder = _ChannelPadder(mod, multiple)
-    out = rewrite_graph_functions(padder, mod)
+    out = rewrite_relax_functions(mod, padder, skip_offloaded=True)
     if padder.padded:
         _LOG.info("padded the input channels of %d convolutions to multiples of %s", padder.padded,
                   multiple or f"{PAD_BITS} bits")

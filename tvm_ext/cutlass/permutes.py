@@ -14,6 +14,8 @@ import logging
 import tvm
 from tvm import relax
 
+from ..ir_update import rewrite_relax_functions
+
 _LOG = logging.getLogger(__name__)
 
 _PERMUTE = "relax.permute_dims"
@@ -56,12 +58,9 @@ class _Folder(relax.PyExprMutator):
 def fold_permutes(mod: tvm.IRModule) -> tvm.IRModule:
     """Compose chains of ``permute_dims`` in the Relax functions of ``mod`` (module docstring)."""
     folder = _Folder(mod)
-    for gvar, func in mod.functions_items():
-        if isinstance(func, relax.Function):
-            folder.builder_.update_func(gvar, folder.visit_expr(func))
+    out = rewrite_relax_functions(mod, folder)
     if not folder.folded:
         return mod
-    out = folder.builder_.get()
     for gvar, func in out.functions_items():
         if isinstance(func, relax.Function):
             out[gvar] = relax.analysis.remove_all_unused(func)

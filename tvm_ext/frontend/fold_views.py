@@ -23,6 +23,8 @@ import numpy as np
 import tvm
 from tvm import relax, tirx
 
+from ..ir_update import rewrite_relax_functions
+
 logger = logging.getLogger(__name__)
 
 #: dtypes numpy holds exactly (bfloat16 and the float8 types are left to FoldConstant).
@@ -99,14 +101,12 @@ def fold_constant_views(mod: tvm.IRModule) -> tvm.IRModule:
     """Replace every layout call of ``mod``'s Relax functions whose operands are constants by its
     value (see the module docstring)."""
     folder = _ViewFolder(mod)
-    for gvar, func in mod.functions_items():
-        if isinstance(func, relax.Function):
-            folder.builder_.update_func(gvar, folder.visit_expr(func))
+    out = rewrite_relax_functions(mod, folder)
     if not folder.folded:
         return mod
     logger.info("folded constant layout calls in numpy: %s",
                 ", ".join(f"{n} x{c}" for n, c in sorted(folder.folded.items())))
-    return folder.builder_.get()
+    return out
 
 
 @tvm.transform.module_pass(opt_level=0, name="tvm_ext.FoldConstantViews")

@@ -22,6 +22,8 @@ import tvm
 import tvm_ffi
 from tvm import relax, tirx
 
+from ..ir_update import rewrite_relax_functions
+
 logger = logging.getLogger(__name__)
 
 
@@ -122,14 +124,12 @@ class _Lifter(relax.PyExprMutator):
 def lift_te_calls(mod: tvm.IRModule, lifters: Sequence[Lifter]) -> tvm.IRModule:
     """Replace each ``call_tir`` a lifter recognises by the Relax expression it returns."""
     lifter = _Lifter(mod, lifters)
-    for gvar, func in mod.functions_items():
-        if isinstance(func, relax.Function):
-            lifter.builder_.update_func(gvar, lifter.visit_expr(func))
+    out = rewrite_relax_functions(mod, lifter)
     if not lifter.lifted:
         return mod
     logger.info("lifted the importer's call_tir calls to Relax operators: %s",
                 ", ".join(f"{n} x{c}" for n, c in sorted(lifter.lifted.items())))
-    return lifter.builder_.get()
+    return out
 
 
 def LiftTECalls(lifters: Sequence[Lifter]) -> tvm.transform.Pass:  # noqa: N802 - TVM pass factory
