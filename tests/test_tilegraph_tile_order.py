@@ -81,7 +81,7 @@ def test_contractions_no_tile_puts_on_tensor_cores_do_not_hold_the_search(monkey
     """A best tile that recomputes nothing and whose SIMT contractions are SIMT in every tile
     (:class:`~tvm_ext.tilegraph.tensor_core.Unfit`: depthwise and NCHW 1x1 convolutions), in a cut
     border tile too, stops the search like one with every contraction on tensor cores
-    (MobileNet-V2: 5751 -> 2384 tile schedules built, the same plans)."""
+    (MobileNet-V2: 5751 -> 2384 tile schedules asked for, the same plans)."""
     model = inverted_residual()
     groups = [g for size in (1, 2, 3) for g in _groups(_context(model), size, 6)]
     fast, fast_built = _plans(_context(model), groups, monkeypatch, exhaustive=False)
