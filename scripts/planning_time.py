@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import re
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -95,9 +94,13 @@ def measure(mod: tvm.IRModule, preset: str, target: tvm.target.Target) -> dict:
         out = tvm.transform.Sequential(preset_passes(preset, target).graph)(mod)
     total = time.perf_counter() - start
     report = json.loads(str(out.attrs[SELECTION_ATTR])) if out.attrs and SELECTION_ATTR in out.attrs else {}
-    notes = [n for entry in report.values() for n in entry.get("notes", []) if "budget exhausted" in n]
     return {"generators": dict(seconds), "work_units": dict(work), "graph_stage_s": total,
-            "budget_notes": notes}
+            "budget_notes": budget_notes(report)}
+
+
+def budget_notes(selection: dict) -> list[str]:
+    """The budget notes of a selection report (function name -> its entry with ``notes``)."""
+    return [n for entry in selection.values() for n in entry.get("notes", []) if "budget exhausted" in n]
 
 
 def measure_end_to_end(path: Path, preset: str, target: tvm.target.Target, fp16: bool) -> dict:
@@ -114,9 +117,8 @@ def measure_end_to_end(path: Path, preset: str, target: tvm.target.Target, fp16:
         report = inspect(str(path), target, preset, fp16=fp16)
     wall = time.perf_counter() - start
     data = report.to_json()
-    notes = sorted({n for n in re.findall(r"[a-z_]+: budget exhausted after [^\"]*", json.dumps(data))})
     return {"wall_s": wall, "stages": data["stage_seconds"], "generators": dict(seconds),
-            "modelled_us": data["modelled_time_s"] * 1e6, "budget_notes": notes}
+            "modelled_us": data["modelled_time_s"] * 1e6, "budget_notes": budget_notes(data["selection"])}
 
 
 def markdown(rows: list[dict]) -> str:

@@ -305,9 +305,10 @@ CUT_TILE = Misaligned("the tile does not divide the output (a cut border tile ha
 
 
 def _fit(sch, block, spatial: list, reduce: list, cut: bool, kstep: int = 0) -> WmmaFit | str:
-    """:func:`~tvm_ext.tilegraph.tensor_core.wmma_fit` of ``block`` with its loops under the tile
-    (refused where a cut border tile predicates them, unless no tile fits them at all: a
-    contraction padded to whole fragments computes its border tile whole, into its padded buffer)."""
+    """:func:`~tvm_ext.tilegraph.tensor_core.wmma_fit` of ``block`` with its loops under the tile.
+    Where a cut border tile predicates the block it is refused as :data:`CUT_TILE` (a contraction
+    padded to whole fragments computes its border tile whole, into its padded buffer, and is not
+    predicated), unless its body fits no tile at all: that stays :class:`~.tensor_core.Unfit`."""
     realize = _realize(sch, block)
     fit = wmma_fit(sch, block, realize, spatial, reduce, lambda lp: _extent(sch, lp), kstep)
     if cut and not isinstance(fit, Unfit) and not (isinstance(realize.predicate, tirx.IntImm)
