@@ -24,12 +24,16 @@ from tvm import relax
 from tvm_ext.driver import get_preset, list_presets, load_module
 from tvm_ext.driver.stages import build
 from tvm_ext.graph import OpGraph
+from tvm_ext.hardware import load_device
 from tvm_ext.inspect import inspect
 from tvm_ext.models.swin import shift_mask, swin_block
 from tvm_ext.select.attrs import SELECTION_ATTR
 from tvm_ext.select.budget import UNLIMITED, BudgetError, PlanningBudget
+from tvm_ext.select.context import SelectionContext
+from tvm_ext.select.measured import MeasuredCostModel
 from tvm_ext.select.progress import ProgressEvent, describe, listening
 from tvm_ext.tilegraph import planning
+from tvm_ext.tilegraph.connect import connect_graph
 
 H100 = "tvm_ext/h100"
 #: A Swin block small enough for a test: an 8x8 token grid, 4x4 windows (16 tokens), shift 2.
@@ -38,9 +42,10 @@ BLOCK = {"size": 8, "window": 4, "shift": 2, "channels": 16, "heads": 2}
 #: and tile schedules it builds (``full`` after the fix: 4.8 and 14.6; before: 7.8 and 22).
 GROUPS_PER_NODE = 6.0
 SCHEDULES_PER_NODE = 18.0
-#: A fixed work budget for every generator (units: nodes of the groups or sets planned; the block
-#: spends about 12 per call node in the tile graph, 36 in orchestrate's convex sets).
-FIXED = PlanningBudget(work_per_node=45.0, min_work=0.0, seconds_per_node=math.inf, min_seconds=math.inf)
+#: A fixed work budget for every generator over a build (units: nodes of the groups or sets
+#: planned; the block spends about 12 per call node in the tile graph, 62 in orchestrate's convex
+#: sets over its graph-stage runs and rounds).
+FIXED = PlanningBudget(work_per_node=80.0, min_work=0.0, seconds_per_node=math.inf, min_seconds=math.inf)
 
 
 @pytest.fixture(scope="module")
@@ -145,3 +150,37 @@ def test_budgets_scale_with_the_graph_and_stop_for_good():
     for bad in ({"work_per_node": -1.0}, {"min_seconds": float("nan")}):
         with pytest.raises(BudgetError):
             PlanningBudget(**bad)
+
+
+def test_budgets_have_a_ceiling_over_any_graph_size():
+    budget = PlanningBudget(work_per_node=3.0, min_work=100.0, max_work=1000.0,
+                            seconds_per_node=0.5, min_seconds=10.0, max_seconds=60.0)
+    assert budget.work_limit(10) == 100.0 and budget.work_limit(200) == 600.0 and budget.work_limit(10**4) == 1000.0
+    assert budget.seconds_limit(4) == 10.0 and budget.seconds_limit(10**4) == 60.0
+    with pytest.raises(BudgetError):
+        PlanningBudget(max_seconds=-1.0)
+
+
+def test_the_budget_is_the_builds_and_what_it_planned_stays_free(block):
+    """A graph stage run again (``full`` runs it twice, a re-selection round once more) continues
+    the build's budget instead of starting a fresh one, and still reuses what the build planned."""
+    legal = relax.transform.LegalizeOps()(block)
+    graph = OpGraph.from_module(legal)
+    budget = PlanningBudget(work_per_node=0.0, min_work=40.0, seconds_per_node=math.inf, min_seconds=math.inf)
+    shared: dict = {}
+
+    def run() -> tuple[SelectionContext, list]:
+        ctx = SelectionContext(legal, "main", graph, load_device("h100"), tvm.target.Target(H100),
+                               shared=shared, budget=budget)
+        groups = connect_graph(ctx, MeasuredCostModel(), also_explored=True)
+        ctx.finish("tilegraph")
+        return ctx, groups
+
+    first, groups = run()
+    assert first.meter("tilegraph").exhausted and any("budget exhausted" in n for n in first.notes)
+    spent = first.meter("tilegraph").work
+    second, again = run()
+    meter = second.meter("tilegraph")
+    assert meter.work == spent          # nothing new planned: the second run started exhausted
+    # ... and it connects the groups the first run planned, from the build's memo
+    assert [(g.nodes, g.seconds) for g in again] == [(g.nodes, g.seconds) for g in groups]

@@ -119,10 +119,11 @@ class OrchestrateGenerator:
                 if len(planned) >= self.limits.max_kernels:
                     unplanned += 1
                     continue
-                if meter.exhausted:
+                if meter.exhausted and not ctx.has_shared(("orchestrate", signature)):
                     unbudgeted.add(signature)
                     continue
-                meter.spend(len(members))
+                # a work unit: one node of a set planned, once per build (its plans are memoized)
+                ctx.shared_memo(("orchestrate", signature), lambda n=len(members): meter.spend(n))
                 planned.add(signature)
             cand = self._build(ctx, members)
             if cand is None:

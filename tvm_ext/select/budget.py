@@ -41,9 +41,10 @@ class PlanningBudget:
 
     Parameters
     ----------
-    work_per_node, min_work : float
-        Work units allowed: ``max(min_work, work_per_node x nodes)``; ``inf`` for no limit.
-    seconds_per_node, min_seconds : float
+    work_per_node, min_work, max_work : float
+        Work units allowed: ``min(max_work, max(min_work, work_per_node x nodes))``; ``inf`` for
+        no limit.
+    seconds_per_node, min_seconds, max_seconds : float
         Wall-clock seconds allowed, likewise; ``inf`` for no limit.
     """
 
@@ -58,24 +59,30 @@ class PlanningBudget:
     #: (196 s for 190 nodes, this 2-core machine, alone) and hit the earlier 1 s per node.
     seconds_per_node: float = 2.5
     min_seconds: float = 300.0
+    #: Ceilings over any graph size (``inf``: none): the compile time a user waits for at most,
+    #: however large the model.
+    max_work: float = math.inf
+    max_seconds: float = math.inf
 
     def __post_init__(self) -> None:
-        for name in ("work_per_node", "min_work", "seconds_per_node", "min_seconds"):
+        for name in ("work_per_node", "min_work", "seconds_per_node", "min_seconds", "max_work", "max_seconds"):
             value = getattr(self, name)
             if not value >= 0 or math.isnan(value):
                 raise BudgetError(f"planning budget: {name} must be >= 0, got {value!r}")
 
     def work_limit(self, nodes: int) -> float:
         """Work units allowed for a function of ``nodes`` call nodes."""
-        return max(self.min_work, self.work_per_node * nodes)
+        return min(self.max_work, max(self.min_work, self.work_per_node * nodes))
 
     def seconds_limit(self, nodes: int) -> float:
         """Seconds allowed for a function of ``nodes`` call nodes."""
-        return max(self.min_seconds, self.seconds_per_node * nodes)
+        return min(self.max_seconds, max(self.min_seconds, self.seconds_per_node * nodes))
 
-    def meter(self, generator: str, nodes: int, clock: Callable[[], float] = time.perf_counter) -> "BudgetMeter":
-        """A fresh meter for ``generator`` on a function of ``nodes`` call nodes (seconds count from now)."""
-        return BudgetMeter(generator, self.work_limit(nodes), self.seconds_limit(nodes), clock)
+    def meter(self, generator: str, nodes: int, clock: Callable[[], float] = time.perf_counter, *,
+              spent: tuple[float, float] = (0.0, 0.0)) -> "BudgetMeter":
+        """A meter for ``generator`` on a function of ``nodes`` call nodes, its seconds counting
+        from now; ``spent``: (work, seconds) earlier runs of the generator on the function spent."""
+        return BudgetMeter(generator, self.work_limit(nodes), self.seconds_limit(nodes), clock, spent=spent)
 
 
 #: No limit at all (tests that need every candidate; the default of a context without a preset).
@@ -94,22 +101,25 @@ class BudgetMeter:
         The allowance (``inf``: none).
     clock : callable
         Seconds since some origin (``time.perf_counter``); the meter starts when it is made.
+    spent : (float, float)
+        Work and seconds already spent (by earlier runs of the generator on the same function:
+        the budget is the build's, not each run's).
     """
 
     def __init__(self, generator: str, work_limit: float, seconds_limit: float,
-                 clock: Callable[[], float] = time.perf_counter):
+                 clock: Callable[[], float] = time.perf_counter, *, spent: tuple[float, float] = (0.0, 0.0)):
         self.generator = generator
         self.work_limit = work_limit
         self.seconds_limit = seconds_limit
-        self.work = 0.0
+        self.work, self._earlier = float(spent[0]), float(spent[1])
         self._clock = clock
         self._start = clock()
         self._stopped = False
 
     @property
     def seconds(self) -> float:
-        """Seconds since the meter was made."""
-        return self._clock() - self._start
+        """Seconds spent: since the meter was made, and by earlier runs."""
+        return self._earlier + self._clock() - self._start
 
     def spend(self, units: float) -> None:
         """Charge ``units`` of work."""

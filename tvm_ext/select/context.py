@@ -129,18 +129,30 @@ class SelectionContext:
             self._shared[full] = compute()
         return self._shared[full]
 
+    def has_shared(self, key: Hashable) -> bool:
+        """Whether :meth:`shared_memo` already holds ``key`` (asking for it again is free)."""
+        return ("shared", self.device.name, str(self.target), key) in self._shared
+
     def meter(self, generator: str) -> BudgetMeter:
         """The planning budget of ``generator`` on this function (made on first use, scaled by
-        the call nodes; its seconds count from then)."""
+        the call nodes; its seconds count from then). It is the build's: what the generator spent
+        on a function of this name in earlier runs of the build (a graph stage run twice, a
+        re-selection round) is spent (:meth:`finish`); what they planned is free
+        (:meth:`has_shared`)."""
         if generator not in self._meters:
-            self._meters[generator] = self.budget.meter(generator, len(self.call_nodes()))
+            spent = self._shared.get(("budget spent", self.func_name, generator), (0.0, 0.0))
+            self._meters[generator] = self.budget.meter(generator, len(self.call_nodes()), spent=spent)
         return self._meters[generator]
 
-    def spent(self, generator: str) -> tuple[float, float]:
-        """Work units ``generator`` has charged to its planning budget on this function, and the
-        share of the budget that is (:attr:`BudgetMeter.share`); (0, 0) if it never metered."""
+    def finish(self, generator: str) -> tuple[float, float]:
+        """``generator`` is done with this function: the work units it has charged to its planning
+        budget over the build, and the share of the budget that is (:attr:`BudgetMeter.share`);
+        (0, 0) if it never metered. Later runs on the function start from what it spent."""
         meter = self._meters.get(generator)
-        return (meter.work, meter.share) if meter is not None else (0.0, 0.0)
+        if meter is None:
+            return 0.0, 0.0
+        self._shared[("budget spent", self.func_name, generator)] = (meter.work, meter.seconds)
+        return meter.work, meter.share
 
     def _hash(self, func_name: str) -> int:
         if func_name not in self._func_hash:

@@ -139,7 +139,7 @@ class SelectKernels:
                         candidates.append(cand)
                 sel_ctx.proposed = list(candidates)
                 planning[gen_name] = round(time.perf_counter() - begun, 3)
-                work[gen_name], share = sel_ctx.spent(gen_name)
+                work[gen_name], share = sel_ctx.finish(gen_name)
                 emit(ProgressEvent("graph", gen_name, name, share, planning[gen_name], work[gen_name]))
             selection = self.selector.select(sel_ctx, candidates, self.cost)
             mod = emit_selection(sel_ctx, selection.chosen)

@@ -82,6 +82,11 @@ def pieces(part: Subprogram, threads: dict[int, ThreadShape | None]) -> list[tup
     return [tuple(p) for p in out if p]
 
 
+def _design_key(ctx: SelectionContext, members: tuple[int, ...]) -> tuple:
+    """The build-wide memo key of a piece's design (by structure)."""
+    return "subprogram", ctx.signature(members)
+
+
 def _stage_nodes(ctx: SelectionContext, members: tuple[int, ...], plan: SubprogramPlan) -> list[list[int]]:
     """The members behind each stage (``FuseTIR`` writes the members' statements in binding order)."""
     owner: list[int] = []
@@ -136,7 +141,7 @@ class SubprogramGenerator:
                 if len(members) < 2 or not any(threads.get(n) for n in members):
                     continue
                 asked += 1
-                if meter.exhausted:
+                if meter.exhausted and not ctx.has_shared(_design_key(ctx, members)):
                     continue
                 designed += 1
                 cand = self._candidate(ctx, members, meter)
@@ -157,7 +162,7 @@ class SubprogramGenerator:
             except TVM_ERRORS as err:
                 return f"TVM refused a stage: {str(err).splitlines()[0][:200]}"
 
-        made = ctx.shared_memo(("subprogram", ctx.signature(members)), make)     # by structure, build-wide
+        made = ctx.shared_memo(_design_key(ctx, members), make)     # by structure, build-wide
         if isinstance(made, str):
             ctx.drop(self.name, members, made)
             logger.info("subprogram piece %s not merged: %s", list(members), made)

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from ..select.candidate import Candidate, CodePath, LaunchShape, boundary_bytes
 from ..select.context import SelectionContext
 from ..select.emit import EmitError
-from .planning import injective, plan_group, whole_reduction_plan
+from .planning import injective, is_planned, plan_group, whole_reduction_plan
 from .plans import TilePlan
 
 logger = logging.getLogger(__name__)
@@ -132,10 +132,13 @@ def connect_graph(ctx: SelectionContext, cost, *, also_explored: bool = False) -
     it: the selector may price that GEMM lower in a kernel of another generator, with its
     epilogue). The selector, pricing them all, picks the cover.
 
-    The search plans from ``ctx.meter("tilegraph")`` (:mod:`tvm_ext.select.budget`). Once that is
-    exhausted it stops before planning another group: the groups connected so far are returned
-    (nodes never priced alone with ``plan`` None and ``seconds`` inf), the step it stopped in is
-    not taken, and a note in ``ctx.notes`` says after how many of the groups asked for.
+    The search plans from ``ctx.meter("tilegraph")`` (:mod:`tvm_ext.select.budget`). A step plans
+    its moves in the order of the global traffic each removes (most first; the choice among them is
+    the same as in edge order), so a budget spent in a step leaves the merges that save least
+    unplanned. Once it is exhausted no group is planned that the build has not planned already:
+    connecting goes on with the merges already priced, nodes never priced alone are returned with
+    ``plan`` None and ``seconds`` inf, and a note in ``ctx.notes`` says after how many of the groups
+    asked for it stopped.
     """
     meter = ctx.meter("tilegraph")
     pricer = _Pricer(ctx, cost)
@@ -160,38 +163,57 @@ def connect_graph(ctx: SelectionContext, cost, *, also_explored: bool = False) -
             planned[0] += 1
         return trials[merged]
 
-    unasked = -1        # moves of the step the budget stopped (-1: it did not stop)
+    def free(members: tuple[int, ...]) -> bool:
+        """Whether pricing ``members`` plans nothing new (this run or an earlier one of the build did)."""
+        return (members in price or members in trials or is_planned(ctx, members)
+                or not ctx.graph.is_convex(members))
+
+    value: dict[tuple[int, ...], int] = {}
+
+    def saved_bytes(parts: tuple[tuple[int, ...], ...]) -> int:
+        """Global traffic a merge removes (its parts' boundaries less its own): the order in which
+        a step plans its moves, so that a spent budget leaves the least valuable ones unplanned."""
+        if parts not in value:
+            value[parts] = (sum(ctx.graph.boundary_bytes(p) for p in parts)
+                            - ctx.graph.boundary_bytes(sum(parts, ())))
+        return value[parts]
+
+    unplanned: set[tuple[int, ...]] = set()     # merges the spent budget left unplanned
     while True:
         best = None
         for neighbourhoods in (False, True):       # neighbourhoods only once no pair saves anything
             moves = _moves(ctx, edges, group_of, neighbourhoods)
-            for k, parts in enumerate(moves):
+            savers = []
+            for k in sorted(range(len(moves)), key=lambda k: (-saved_bytes(moves[k]), k)):
+                parts = moves[k]
                 merged = ctx.ordered(sum(parts, ()))
-                if (merged not in trials or any(p not in price for p in parts)) and meter.exhausted:
-                    unasked = len(moves) - k
-                    break
+                if meter.exhausted and not all(free(g) for g in (merged, *parts)):
+                    unplanned.add(merged)
+                    continue
                 plan, seconds = trial(merged)
                 gain = sum(priced(p)[1] for p in parts) - seconds
                 if plan is not None and gain > 0:
-                    saving[merged] = None
-                    if best is None or gain > best[0]:
-                        best = (gain, merged, plan, seconds)
-            if best is not None or unasked >= 0:
+                    savers.append(k)
+                    # the largest gain; of equal gains the earliest move (the edge order)
+                    if best is None or (gain, -k) > (best[0], -best[1]):
+                        best = (gain, k, merged, plan, seconds)
+            for k in sorted(savers):
+                saving[ctx.ordered(sum(moves[k], ()))] = None
+            if best is not None:
                 break
-        if best is None or unasked >= 0:
+        if best is None:
             break
-        gain, merged, plan, seconds = best
+        gain, _, merged, plan, seconds = best
         price[merged] = (plan, seconds)
         for m in merged:
             group_of[m] = merged
         logger.debug("connected %s: %.3g s, %.3g s saved", [ctx.graph.nodes[m].name for m in merged], seconds, gain)
     groups = list(dict.fromkeys(group_of[n] for n in calls))
-    if unasked >= 0:
-        ctx.notes.append(meter.note(planned[0], planned[0] + unasked))
+    unplanned -= trials.keys()
+    if unplanned:
+        ctx.notes.append(meter.note(planned[0], planned[0] + len(unplanned)))
         logger.warning(ctx.notes[-1])
-        kept = [ConnectedGroup(g, *price.get(g, (None, math.inf))) for g in groups]
-    else:
-        kept = [ConnectedGroup(g, *priced(g)) for g in groups]
+    kept = [ConnectedGroup(g, *(priced(g) if not meter.exhausted or free(g) else (None, math.inf))) for g in groups]
     if not also_explored:
         return kept
     final = set(groups)

@@ -32,7 +32,7 @@ from ..select.context import SelectionContext
 from ..select.generator import ScheduledKernel, ScheduleRefused, register_generator
 from ..select.measured import MeasuredCostModel
 from .connect import connect_graph, tile_candidate
-from .planning import plan_group
+from .planning import is_planned, plan_group
 from .epilogues import epilogue_owners, without_foreign_epilogues
 from .plans import TilePlan
 from .schedule import TileScheduleError, build_tile_schedule
@@ -88,15 +88,15 @@ class TileGraphGenerator:
 
     @staticmethod
     def _without_foreign_epilogues(ctx: SelectionContext, groups: list[tuple[int, ...]]) -> list[tuple]:
-        """(nodes, plan) of each new plannable part of ``groups`` less foreign epilogues (none
-        once the planning budget is spent)."""
+        """(nodes, plan) of each new plannable part of ``groups`` less foreign epilogues (once the
+        planning budget is spent, only those the build has planned)."""
         owners = epilogue_owners(ctx.graph)
         seen = set(groups)
         found = []
         meter = ctx.meter("tilegraph")
         for group in groups:
             for part in without_foreign_epilogues(ctx, group, owners):
-                if part in seen or meter.exhausted:
+                if part in seen or (meter.exhausted and not is_planned(ctx, part)):
                     continue
                 seen.add(part)
                 plan = plan_group(ctx, part)

@@ -122,6 +122,11 @@ def plan_group(ctx: SelectionContext, members: tuple[int, ...]) -> TilePlan | st
     return _group_plans(ctx, members)[0]
 
 
+def is_planned(ctx: SelectionContext, members: tuple[int, ...]) -> bool:
+    """Whether the build has planned a group of ``members``' structure (planning it again is free)."""
+    return ctx.has_shared(("tilegraph", ctx.signature(ctx.ordered(members))))
+
+
 def whole_reduction_plan(ctx: SelectionContext, members: tuple[int, ...]) -> TilePlan | None:
     """The plan of ``members`` in the best tile, ranked or offered by enumeration outside its
     ranking, that recomputes no reduction (a layer norm -> GEMM whole across the GEMM's columns) and
@@ -395,5 +400,5 @@ def _unbuildable(work, shared_limit: int) -> str:
     return ""
 
 
-__all__ = ["TILES_TRIED", "MAX_VISITS", "MAX_RECOMPUTE", "edge_level", "injective", "plan_group",
+__all__ = ["TILES_TRIED", "MAX_VISITS", "MAX_RECOMPUTE", "edge_level", "injective", "is_planned", "plan_group",
            "whole_reduction_plan"]
