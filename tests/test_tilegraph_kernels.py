@@ -62,8 +62,8 @@ def welder_small_scheduled(A: T.Buffer((T.int64(64), T.int64(32)), "float32"),
                 for ax0_ax1_fused_2 in T.thread_binding(T.int64(32), thread="threadIdx.x"):
                     for ax2 in range(T.int64(32)):
                         with T.sblock("matmul"):
-                            v_i0 = T.axis.spatial(T.int64(64), i0_0_i1_0_fused * T.int64(8) + (ax0_ax1_fused_0 * T.int64(256) + ax0_ax1_fused_1 * T.int64(32) + ax0_ax1_fused_2) // T.int64(64))
-                            v_i1 = T.axis.spatial(T.int64(64), (ax0_ax1_fused_0 * T.int64(256) + ax0_ax1_fused_1 * T.int64(32) + ax0_ax1_fused_2) % T.int64(64))
+                            v_i0 = T.axis.spatial(T.int64(64), i0_0_i1_0_fused * T.int64(8) + ax0_ax1_fused_0 * T.int64(4) + ax0_ax1_fused_1 // T.int64(2))
+                            v_i1 = T.axis.spatial(T.int64(64), ax0_ax1_fused_1 % T.int64(2) * T.int64(32) + ax0_ax1_fused_2)
                             v_k = T.axis.reduce(T.int64(32), ax2)
                             T.reads(A[v_i0, v_k], B[v_k, v_i1])
                             T.writes(matmul_intermediate_shared_local[v_i0, v_i1])
@@ -81,7 +81,7 @@ def welder_small_scheduled(A: T.Buffer((T.int64(64), T.int64(32)), "float32"),
                 for ax1_0 in range(T.int64(2)):
                     for ax1_1 in T.thread_binding(T.int64(32), thread="threadIdx.x"):
                         with T.sblock("T_softmax_maxelem"):
-                            v_i0 = T.axis.spatial(T.int64(64), i0_0_i1_0_fused * T.int64(8) + ax0_0 * T.int64(8) + ax0_1)
+                            v_i0 = T.axis.spatial(T.int64(64), i0_0_i1_0_fused * T.int64(8) + ax0_1)
                             v_k = T.axis.reduce(T.int64(64), ax1_0 * T.int64(32) + ax1_1)
                             T.reads(matmul_intermediate_shared[v_i0, v_k])
                             T.writes(T_softmax_maxelem_shared[v_i0])
@@ -93,7 +93,7 @@ def welder_small_scheduled(A: T.Buffer((T.int64(64), T.int64(32)), "float32"),
                 for ax1_0 in range(T.int64(2)):
                     for ax1_1 in T.thread_binding(T.int64(32), thread="threadIdx.x"):
                         with T.sblock("T_softmax_expsum"):
-                            v_i0 = T.axis.spatial(T.int64(64), i0_0_i1_0_fused * T.int64(8) + ax0_0 * T.int64(8) + ax0_1)
+                            v_i0 = T.axis.spatial(T.int64(64), i0_0_i1_0_fused * T.int64(8) + ax0_1)
                             v_k = T.axis.reduce(T.int64(64), ax1_0 * T.int64(32) + ax1_1)
                             T.reads(matmul_intermediate_shared[v_i0, v_k], T_softmax_maxelem_shared[v_i0])
                             T.writes(T_softmax_expsum_shared[v_i0])
@@ -104,8 +104,8 @@ def welder_small_scheduled(A: T.Buffer((T.int64(64), T.int64(32)), "float32"),
             for i0_1_i1_1_fused_1 in T.thread_binding(T.int64(8), thread="threadIdx.y"):
                 for i0_1_i1_1_fused_2 in T.thread_binding(T.int64(32), thread="threadIdx.x"):
                     with T.sblock("T_softmax_norm"):
-                        v_i0 = T.axis.spatial(T.int64(64), i0_0_i1_0_fused * T.int64(8) + (i0_1_i1_1_fused_0 * T.int64(256) + i0_1_i1_1_fused_1 * T.int64(32) + i0_1_i1_1_fused_2) // T.int64(64))
-                        v_i1 = T.axis.spatial(T.int64(64), (i0_1_i1_1_fused_0 * T.int64(256) + i0_1_i1_1_fused_1 * T.int64(32) + i0_1_i1_1_fused_2) % T.int64(64))
+                        v_i0 = T.axis.spatial(T.int64(64), i0_0_i1_0_fused * T.int64(8) + i0_1_i1_1_fused_0 * T.int64(4) + i0_1_i1_1_fused_1 // T.int64(2))
+                        v_i1 = T.axis.spatial(T.int64(64), i0_1_i1_1_fused_1 % T.int64(2) * T.int64(32) + i0_1_i1_1_fused_2)
                         T.reads(matmul_intermediate_shared[v_i0, v_i1], T_softmax_maxelem_shared[v_i0], T_softmax_expsum_shared[v_i0])
                         T.writes(T_softmax_norm_intermediate[v_i0, v_i1])
                         T.sblock_attr({"axis": 1})

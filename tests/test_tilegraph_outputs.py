@@ -51,13 +51,8 @@ def two_readers(rows: int = 64, width: int = 96, reduce: bool = False) -> tvm.IR
 
 
 @T.prim_func(private=True, s_tir=True)
-def residual_norm_scheduled(x: T.Buffer((T.int64(8), T.int64(64)), "float32"),
-                            r: T.Buffer((T.int64(8), T.int64(64)), "float32"),
-                            g: T.Buffer((T.int64(64),), "float32"), b: T.Buffer((T.int64(64),), "float32"),
-                            T_add_intermediate: T.Buffer((T.int64(8), T.int64(64)), "float32"),
-                            T_layer_norm_intermediate: T.Buffer((T.int64(8), T.int64(64)), "float32")):
+def residual_norm_scheduled(x: T.Buffer((T.int64(8), T.int64(64)), "float32"), r: T.Buffer((T.int64(8), T.int64(64)), "float32"), g: T.Buffer((T.int64(64),), "float32"), b: T.Buffer((T.int64(64),), "float32"), T_add_intermediate: T.Buffer((T.int64(8), T.int64(64)), "float32"), T_layer_norm_intermediate: T.Buffer((T.int64(8), T.int64(64)), "float32")):
     T.func_attr({"tirx.is_scheduled": True, "tirx.noalias": True})
-    # with T.sblock("root"):
     lv_sum_shared = T.sblock_alloc_buffer((T.int64(8),), scope="shared")
     lv_var_sum_shared = T.sblock_alloc_buffer((T.int64(8),), scope="shared")
     T_add_intermediate_shared = T.sblock_alloc_buffer((T.int64(8), T.int64(64)), scope="shared")
@@ -66,8 +61,8 @@ def residual_norm_scheduled(x: T.Buffer((T.int64(8), T.int64(64)), "float32"),
             for ax0_ax1_fused_1 in T.thread_binding(T.int64(2), thread="threadIdx.y"):
                 for ax0_ax1_fused_2 in T.thread_binding(T.int64(32), thread="threadIdx.x"):
                     with T.sblock("T_add"):
-                        v_ax0 = T.axis.spatial(T.int64(8), ax0_0_ax1_0_fused_m * T.int64(2) + (ax0_ax1_fused_0 * T.int64(64) + ax0_ax1_fused_1 * T.int64(32) + ax0_ax1_fused_2) // T.int64(64))
-                        v_ax1 = T.axis.spatial(T.int64(64), (ax0_ax1_fused_0 * T.int64(64) + ax0_ax1_fused_1 * T.int64(32) + ax0_ax1_fused_2) % T.int64(64))
+                        v_ax0 = T.axis.spatial(T.int64(8), ax0_0_ax1_0_fused_m * T.int64(2) + ax0_ax1_fused_0)
+                        v_ax1 = T.axis.spatial(T.int64(64), ax0_ax1_fused_1 * T.int64(32) + ax0_ax1_fused_2)
                         T.reads(x[v_ax0, v_ax1], r[v_ax0, v_ax1])
                         T.writes(T_add_intermediate_shared[v_ax0, v_ax1])
                         T_add_intermediate_shared[v_ax0, v_ax1] = x[v_ax0, v_ax1] + r[v_ax0, v_ax1]
@@ -76,7 +71,7 @@ def residual_norm_scheduled(x: T.Buffer((T.int64(8), T.int64(64)), "float32"),
                 for ax1_0 in range(T.int64(2)):
                     for ax1_1 in T.thread_binding(T.int64(32), thread="threadIdx.x"):
                         with T.sblock("lv_sum"):
-                            v_ax0 = T.axis.spatial(T.int64(8), ax0_0_ax1_0_fused_m * T.int64(2) + ax0_0 * T.int64(2) + ax0_1)
+                            v_ax0 = T.axis.spatial(T.int64(8), ax0_0_ax1_0_fused_m * T.int64(2) + ax0_1)
                             v_k1 = T.axis.reduce(T.int64(64), ax1_0 * T.int64(32) + ax1_1)
                             T.reads(T_add_intermediate_shared[v_ax0, v_k1])
                             T.writes(lv_sum_shared[v_ax0])
@@ -88,7 +83,7 @@ def residual_norm_scheduled(x: T.Buffer((T.int64(8), T.int64(64)), "float32"),
                 for ax1_0 in range(T.int64(2)):
                     for ax1_1 in T.thread_binding(T.int64(32), thread="threadIdx.x"):
                         with T.sblock("lv_var_sum"):
-                            v_ax0 = T.axis.spatial(T.int64(8), ax0_0_ax1_0_fused_m * T.int64(2) + ax0_0 * T.int64(2) + ax0_1)
+                            v_ax0 = T.axis.spatial(T.int64(8), ax0_0_ax1_0_fused_m * T.int64(2) + ax0_1)
                             v_k1 = T.axis.reduce(T.int64(64), ax1_0 * T.int64(32) + ax1_1)
                             T.reads(T_add_intermediate_shared[v_ax0, v_k1], lv_sum_shared[v_ax0])
                             T.writes(lv_var_sum_shared[v_ax0])
@@ -99,8 +94,8 @@ def residual_norm_scheduled(x: T.Buffer((T.int64(8), T.int64(64)), "float32"),
             for ax0_1_ax1_1_fused_1 in T.thread_binding(T.int64(2), thread="threadIdx.y"):
                 for ax0_1_ax1_1_fused_2 in T.thread_binding(T.int64(32), thread="threadIdx.x"):
                     with T.sblock("T_layer_norm"):
-                        v_ax0 = T.axis.spatial(T.int64(8), ax0_0_ax1_0_fused_m * T.int64(2) + (ax0_1_ax1_1_fused_0 * T.int64(64) + ax0_1_ax1_1_fused_1 * T.int64(32) + ax0_1_ax1_1_fused_2) // T.int64(64))
-                        v_ax1 = T.axis.spatial(T.int64(64), (ax0_1_ax1_1_fused_0 * T.int64(64) + ax0_1_ax1_1_fused_1 * T.int64(32) + ax0_1_ax1_1_fused_2) % T.int64(64))
+                        v_ax0 = T.axis.spatial(T.int64(8), ax0_0_ax1_0_fused_m * T.int64(2) + ax0_1_ax1_1_fused_0)
+                        v_ax1 = T.axis.spatial(T.int64(64), ax0_1_ax1_1_fused_1 * T.int64(32) + ax0_1_ax1_1_fused_2)
                         T.reads(T_add_intermediate_shared[v_ax0, v_ax1], lv_sum_shared[v_ax0], lv_var_sum_shared[v_ax0], g[v_ax1], b[v_ax1])
                         T.writes(T_layer_norm_intermediate[v_ax0, v_ax1])
                         T_layer_norm_intermediate[v_ax0, v_ax1] = (T_add_intermediate_shared[v_ax0, v_ax1] - lv_sum_shared[v_ax0] / T.float32(64.0)) * T.rsqrt(lv_var_sum_shared[v_ax0] / T.float32(64.0) + T.float32(1.0000000000000001e-05)) * g[v_ax1] + b[v_ax1]
@@ -108,8 +103,8 @@ def residual_norm_scheduled(x: T.Buffer((T.int64(8), T.int64(64)), "float32"),
             for ax0_1_ax1_1_fused_1 in T.thread_binding(T.int64(2), thread="threadIdx.y"):
                 for ax0_1_ax1_1_fused_2 in T.thread_binding(T.int64(32), thread="threadIdx.x"):
                     with T.sblock("T_add_intermediate_shared"):
-                        v0 = T.axis.spatial(T.int64(8), ax0_0_ax1_0_fused_m * T.int64(2) + (ax0_1_ax1_1_fused_0 * T.int64(64) + ax0_1_ax1_1_fused_1 * T.int64(32) + ax0_1_ax1_1_fused_2) // T.int64(64))
-                        v1 = T.axis.spatial(T.int64(64), (ax0_1_ax1_1_fused_0 * T.int64(64) + ax0_1_ax1_1_fused_1 * T.int64(32) + ax0_1_ax1_1_fused_2) % T.int64(64))
+                        v0 = T.axis.spatial(T.int64(8), ax0_0_ax1_0_fused_m * T.int64(2) + ax0_1_ax1_1_fused_0)
+                        v1 = T.axis.spatial(T.int64(64), ax0_1_ax1_1_fused_1 * T.int64(32) + ax0_1_ax1_1_fused_2)
                         T.reads(T_add_intermediate_shared[v0, v1])
                         T.writes(T_add_intermediate[v0, v1])
                         T_add_intermediate[v0, v1] = T_add_intermediate_shared[v0, v1]

@@ -25,40 +25,37 @@ def global_pool(channels: int, size: int) -> tvm.IRModule:
 
 
 @T.prim_func(private=True, s_tir=True)
-def pool_scheduled(x: T.Buffer((T.int64(1), T.int64(8), T.int64(16), T.int64(16)), "float16"),
-                   T_divide_intermediate: T.Buffer((T.int64(1), T.int64(8), T.int64(1), T.int64(1)), "float32")):
+def pool_scheduled(x: T.Buffer((T.int64(1), T.int64(8), T.int64(16), T.int64(16)), "float16"), T_divide_intermediate: T.Buffer((T.int64(1), T.int64(8), T.int64(1), T.int64(1)), "float32")):
     T.func_attr({"tirx.is_scheduled": True, "tirx.noalias": True})
     lv_red_shared = T.sblock_alloc_buffer((T.int64(1), T.int64(8), T.int64(1), T.int64(1)), scope="shared")
-    for tile in T.thread_binding(T.int64(8), thread="blockIdx.x"):
-        for u, k_0 in T.grid(1, T.int64(1)):
-            for k_1 in T.thread_binding(T.int64(8), thread="threadIdx.y"):
-                for k_2 in T.thread_binding(T.int64(32), thread="threadIdx.x"):
+    for ax0_0_ax1_0_ax2_0_ax3_0_fused in T.thread_binding(T.int64(8), thread="blockIdx.x"):
+        for u, ax0_ax1_fused_0 in T.grid(1, T.int64(1)):
+            for ax0_ax1_fused_1 in T.thread_binding(T.int64(8), thread="threadIdx.y"):
+                for ax0_ax1_fused_2 in T.thread_binding(T.int64(32), thread="threadIdx.x"):
                     with T.sblock("lv_red"):
                         v_ax0 = T.axis.spatial(T.int64(1), T.int64(0))
-                        v_ax1 = T.axis.spatial(T.int64(8), tile)
+                        v_ax1 = T.axis.spatial(T.int64(8), ax0_0_ax1_0_ax2_0_ax3_0_fused)
                         v_ax2 = T.axis.spatial(T.int64(1), T.int64(0))
                         v_ax3 = T.axis.spatial(T.int64(1), T.int64(0))
-                        v_k2 = T.axis.reduce(T.int64(16), (k_0 * T.int64(256) + k_1 * T.int64(32) + k_2) // T.int64(16))
-                        v_k3 = T.axis.reduce(T.int64(16), (k_0 * T.int64(256) + k_1 * T.int64(32) + k_2) % T.int64(16))
-                        T.reads(x[v_ax0, v_ax1, v_k2, v_k3])
-                        T.writes(lv_red_shared[v_ax0, v_ax1, v_ax2, v_ax3])
+                        v_k2 = T.axis.reduce(T.int64(16), ax0_ax1_fused_1 * T.int64(2) + ax0_ax1_fused_2 // T.int64(16))
+                        v_k3 = T.axis.reduce(T.int64(16), ax0_ax1_fused_2 % T.int64(16))
+                        T.reads(x[T.int64(0), v_ax1, v_k2, v_k3])
+                        T.writes(lv_red_shared[T.int64(0), v_ax1, T.int64(0), T.int64(0)])
                         with T.init():
-                            lv_red_shared[v_ax0, v_ax1, v_ax2, v_ax3] = T.float32(0.0)
-                        lv_red_shared[v_ax0, v_ax1, v_ax2, v_ax3] = (lv_red_shared[v_ax0, v_ax1, v_ax2, v_ax3]
-                                                                      + T.Cast("float32", x[v_ax0, v_ax1, v_k2, v_k3]))
-        for o_0 in range(T.int64(1)):
-            for o_1 in T.thread_binding(T.int64(8), thread="threadIdx.y"):
-                for o_2 in T.thread_binding(T.int64(32), thread="threadIdx.x"):
+                            lv_red_shared[T.int64(0), v_ax1, T.int64(0), T.int64(0)] = T.float32(0.0)
+                        lv_red_shared[T.int64(0), v_ax1, T.int64(0), T.int64(0)] = lv_red_shared[T.int64(0), v_ax1, T.int64(0), T.int64(0)] + T.Cast("float32", x[T.int64(0), v_ax1, v_k2, v_k3])
+        for ax0_1_ax1_1_ax2_1_ax3_1_fused_0 in range(T.int64(1)):
+            for ax0_1_ax1_1_ax2_1_ax3_1_fused_1 in T.thread_binding(T.int64(8), thread="threadIdx.y"):
+                for ax0_1_ax1_1_ax2_1_ax3_1_fused_2 in T.thread_binding(T.int64(32), thread="threadIdx.x"):
                     with T.sblock("T_divide"):
                         v_ax0 = T.axis.spatial(T.int64(1), T.int64(0))
-                        v_ax1 = T.axis.spatial(T.int64(8), tile)
+                        v_ax1 = T.axis.spatial(T.int64(8), ax0_0_ax1_0_ax2_0_ax3_0_fused)
                         v_ax2 = T.axis.spatial(T.int64(1), T.int64(0))
                         v_ax3 = T.axis.spatial(T.int64(1), T.int64(0))
-                        T.where((o_0 * T.int64(8) + o_1) * T.int64(32) + o_2 < T.int64(1))
-                        T.reads(lv_red_shared[v_ax0, v_ax1, v_ax2, v_ax3])
-                        T.writes(T_divide_intermediate[v_ax0, v_ax1, v_ax2, v_ax3])
-                        T_divide_intermediate[v_ax0, v_ax1, v_ax2, v_ax3] = (lv_red_shared[v_ax0, v_ax1, v_ax2, v_ax3]
-                                                                             / T.float32(256.0))
+                        T.where(ax0_1_ax1_1_ax2_1_ax3_1_fused_1 * T.int64(32) + ax0_1_ax1_1_ax2_1_ax3_1_fused_2 < T.int64(1))
+                        T.reads(lv_red_shared[T.int64(0), v_ax1, T.int64(0), T.int64(0)])
+                        T.writes(T_divide_intermediate[T.int64(0), v_ax1, T.int64(0), T.int64(0)])
+                        T_divide_intermediate[T.int64(0), v_ax1, T.int64(0), T.int64(0)] = lv_red_shared[T.int64(0), v_ax1, T.int64(0), T.int64(0)] / T.float32(256.0)
 
 
 def test_one_channel_per_tile_spreads_the_pooling_over_every_thread():

@@ -34,7 +34,6 @@ def gemm_softmax(rows: int = 64, depth: int = 32, cols: int = 64, dtype: str = "
 @T.prim_func(private=True, s_tir=True)
 def gemm_softmax_scheduled(x: T.Buffer((T.int64(64), T.int64(32)), "float16"), w: T.Buffer((T.int64(32), T.int64(64)), "float16"), T_softmax_norm_intermediate: T.Buffer((T.int64(64), T.int64(64)), "float16")):
     T.func_attr({"tirx.is_scheduled": True, "tirx.noalias": True})
-    # with T.sblock("root"):
     matmul_intermediate_shared = T.sblock_alloc_buffer((T.int64(64), T.int64(64)), "float16", scope="shared")
     T_softmax_maxelem_shared = T.sblock_alloc_buffer((T.int64(64),), "float16", scope="shared")
     T_softmax_expsum_shared = T.sblock_alloc_buffer((T.int64(64),), "float16", scope="shared")
@@ -48,8 +47,8 @@ def gemm_softmax_scheduled(x: T.Buffer((T.int64(64), T.int64(32)), "float16"), w
             for ax0_ax1_fused_1 in T.thread_binding(T.int64(4), thread="threadIdx.y"):
                 for ax0_ax1_fused_2 in T.thread_binding(T.int64(32), thread="threadIdx.x"):
                     with T.sblock("x_shared"):
-                        v0 = T.axis.spatial(T.int64(64), i0_0_i1_0_fused * T.int64(16) + (ax0_ax1_fused_0 * T.int64(128) + ax0_ax1_fused_1 * T.int64(32) + ax0_ax1_fused_2) // T.int64(32))
-                        v1 = T.axis.spatial(T.int64(32), (ax0_ax1_fused_0 * T.int64(128) + ax0_ax1_fused_1 * T.int64(32) + ax0_ax1_fused_2) % T.int64(32))
+                        v0 = T.axis.spatial(T.int64(64), i0_0_i1_0_fused * T.int64(16) + ax0_ax1_fused_0 * T.int64(4) + ax0_ax1_fused_1)
+                        v1 = T.axis.spatial(T.int64(32), ax0_ax1_fused_2)
                         T.reads(x[v0, v1])
                         T.writes(x_shared[v0, v1])
                         x_shared[v0, v1] = x[v0, v1]
@@ -57,20 +56,19 @@ def gemm_softmax_scheduled(x: T.Buffer((T.int64(64), T.int64(32)), "float16"), w
             for ax0_ax1_fused_1 in T.thread_binding(T.int64(4), thread="threadIdx.y"):
                 for ax0_ax1_fused_2 in T.thread_binding(T.int64(32), thread="threadIdx.x"):
                     with T.sblock("w_shared"):
-                        v0 = T.axis.spatial(T.int64(32), (ax0_ax1_fused_0 * T.int64(128) + ax0_ax1_fused_1 * T.int64(32) + ax0_ax1_fused_2) // T.int64(64))
-                        v1 = T.axis.spatial(T.int64(64), (ax0_ax1_fused_0 * T.int64(128) + ax0_ax1_fused_1 * T.int64(32) + ax0_ax1_fused_2) % T.int64(64))
+                        v0 = T.axis.spatial(T.int64(32), ax0_ax1_fused_0 * T.int64(2) + ax0_ax1_fused_1 // T.int64(2))
+                        v1 = T.axis.spatial(T.int64(64), ax0_ax1_fused_1 % T.int64(2) * T.int64(32) + ax0_ax1_fused_2)
                         T.reads(w[v0, v1])
                         T.writes(w_shared[v0, v1])
                         w_shared[v0, v1] = w[v0, v1]
         for ax0_0_ax1_0_fused_1 in T.thread_binding(T.int64(4), thread="threadIdx.y"):
             for ax0_0_ax1_0_fused_0 in range(T.int64(1)):
                 with T.sblock("matmul_init_o"):
-                    v_i0_o = T.axis.spatial(T.int64(4), i0_0_i1_0_fused)
-                    v_i1_o = T.axis.spatial(T.int64(4), ax0_0_ax1_0_fused_0 * T.int64(4) + ax0_0_ax1_0_fused_1)
+                    v_i0_o, v_i1_o = T.axis.remap("SS", [i0_0_i1_0_fused, ax0_0_ax1_0_fused_1])
                     T.reads()
                     T.writes(matmul_intermediate_shared_wmma_accumulator[v_i0_o * T.int64(16):v_i0_o * T.int64(16) + T.int64(16), v_i1_o * T.int64(16):v_i1_o * T.int64(16) + T.int64(16)])
                     C = T.match_buffer(matmul_intermediate_shared_wmma_accumulator[v_i0_o * T.int64(16):v_i0_o * T.int64(16) + T.int64(16), v_i1_o * T.int64(16):v_i1_o * T.int64(16) + T.int64(16)], (T.int64(16), T.int64(16)), "float16", strides=("d1", "d0"), scope="wmma.accumulator", offset_factor=16)
-                    T.tvm_fill_fragment(C.data, 16, 16, 16, C.elem_offset // C.strides[0] // T.int64(16) * (C.strides[0] // T.int64(16)) + C.elem_offset % C.strides[0] // T.int64(16), T.float32(0.0))
+                    T.tvm_fill_fragment(C.data, 16, 16, 16, C.elem_offset % C.strides[0] // T.int64(16) + C.elem_offset // C.strides[0] // T.int64(16) * (C.strides[0] // T.int64(16)), T.float32(0.0))
                 for ax2_0 in range(T.int64(2)):
                     with T.sblock("x_shared_wmma.matrix_a_o"):
                         v0_o, v1_o = T.axis.remap("SS", [i0_0_i1_0_fused, ax2_0])
@@ -78,31 +76,29 @@ def gemm_softmax_scheduled(x: T.Buffer((T.int64(64), T.int64(32)), "float16"), w
                         T.writes(x_shared_wmma_matrix_a[v0_o * T.int64(16):v0_o * T.int64(16) + T.int64(16), v1_o * T.int64(16):v1_o * T.int64(16) + T.int64(16)])
                         A = T.match_buffer(x_shared[v0_o * T.int64(16):v0_o * T.int64(16) + T.int64(16), v1_o * T.int64(16):v1_o * T.int64(16) + T.int64(16)], (T.int64(16), T.int64(16)), "float16", strides=("s1", "s0"), scope="shared", offset_factor=16)
                         C = T.match_buffer(x_shared_wmma_matrix_a[v0_o * T.int64(16):v0_o * T.int64(16) + T.int64(16), v1_o * T.int64(16):v1_o * T.int64(16) + T.int64(16)], (T.int64(16), T.int64(16)), "float16", strides=("d1", "d0"), scope="wmma.matrix_a", offset_factor=16)
-                        T.tvm_load_matrix_sync(C.data, 16, 16, 16, C.elem_offset // C.strides[0] // T.int64(16) * (C.strides[0] // T.int64(16)) + C.elem_offset % C.strides[0] // T.int64(16), T.tvm_access_ptr(T.type_annotation("float16"), A.data, A.elem_offset, A.strides[0] * T.int64(16), 1), A.strides[0], "row_major")
+                        T.tvm_load_matrix_sync(C.data, 16, 16, 16, C.elem_offset % C.strides[0] // T.int64(16) + C.elem_offset // C.strides[0] // T.int64(16) * (C.strides[0] // T.int64(16)), T.tvm_access_ptr(T.type_annotation("float16"), A.data, A.elem_offset, A.strides[0] * T.int64(16), 1), A.strides[0], "row_major")
                     with T.sblock("w_shared_wmma.matrix_b_o"):
                         v0_o, v1_o = T.axis.remap("SS", [ax2_0, ax0_0_ax1_0_fused_1])
                         T.reads(w_shared[v0_o * T.int64(16):v0_o * T.int64(16) + T.int64(16), v1_o * T.int64(16):v1_o * T.int64(16) + T.int64(16)])
                         T.writes(w_shared_wmma_matrix_b[v0_o * T.int64(16):v0_o * T.int64(16) + T.int64(16), v1_o * T.int64(16):v1_o * T.int64(16) + T.int64(16)])
                         A = T.match_buffer(w_shared[v0_o * T.int64(16):v0_o * T.int64(16) + T.int64(16), v1_o * T.int64(16):v1_o * T.int64(16) + T.int64(16)], (T.int64(16), T.int64(16)), "float16", strides=("s1", "s0"), scope="shared", offset_factor=16)
                         C = T.match_buffer(w_shared_wmma_matrix_b[v0_o * T.int64(16):v0_o * T.int64(16) + T.int64(16), v1_o * T.int64(16):v1_o * T.int64(16) + T.int64(16)], (T.int64(16), T.int64(16)), "float16", strides=("d1", "d0"), scope="wmma.matrix_b", offset_factor=16)
-                        T.tvm_load_matrix_sync(C.data, 16, 16, 16, C.elem_offset // C.strides[0] // T.int64(16) * (C.strides[0] // T.int64(16)) + C.elem_offset % C.strides[0] // T.int64(16), T.tvm_access_ptr(T.type_annotation("float16"), A.data, A.elem_offset, A.strides[0] * T.int64(16), 1), A.strides[0], "row_major")
+                        T.tvm_load_matrix_sync(C.data, 16, 16, 16, C.elem_offset % C.strides[0] // T.int64(16) + C.elem_offset // C.strides[0] // T.int64(16) * (C.strides[0] // T.int64(16)), T.tvm_access_ptr(T.type_annotation("float16"), A.data, A.elem_offset, A.strides[0] * T.int64(16), 1), A.strides[0], "row_major")
                     with T.sblock("matmul_update_o"):
-                        v_i0_o = T.axis.spatial(T.int64(4), i0_0_i1_0_fused)
-                        v_i1_o = T.axis.spatial(T.int64(4), ax0_0_ax1_0_fused_0 * T.int64(4) + ax0_0_ax1_0_fused_1)
-                        v_k_o = T.axis.reduce(T.int64(2), ax2_0)
+                        v_i0_o, v_i1_o, v_k_o = T.axis.remap("SSR", [i0_0_i1_0_fused, ax0_0_ax1_0_fused_1, ax2_0])
                         T.reads(matmul_intermediate_shared_wmma_accumulator[v_i0_o * T.int64(16):v_i0_o * T.int64(16) + T.int64(16), v_i1_o * T.int64(16):v_i1_o * T.int64(16) + T.int64(16)], x_shared_wmma_matrix_a[v_i0_o * T.int64(16):v_i0_o * T.int64(16) + T.int64(16), v_k_o * T.int64(16):v_k_o * T.int64(16) + T.int64(16)], w_shared_wmma_matrix_b[v_k_o * T.int64(16):v_k_o * T.int64(16) + T.int64(16), v_i1_o * T.int64(16):v_i1_o * T.int64(16) + T.int64(16)])
                         T.writes(matmul_intermediate_shared_wmma_accumulator[v_i0_o * T.int64(16):v_i0_o * T.int64(16) + T.int64(16), v_i1_o * T.int64(16):v_i1_o * T.int64(16) + T.int64(16)])
                         A = T.match_buffer(x_shared_wmma_matrix_a[v_i0_o * T.int64(16):v_i0_o * T.int64(16) + T.int64(16), v_k_o * T.int64(16):v_k_o * T.int64(16) + T.int64(16)], (T.int64(16), T.int64(16)), "float16", strides=("a1", "a0"), scope="wmma.matrix_a", offset_factor=16)
                         B = T.match_buffer(w_shared_wmma_matrix_b[v_k_o * T.int64(16):v_k_o * T.int64(16) + T.int64(16), v_i1_o * T.int64(16):v_i1_o * T.int64(16) + T.int64(16)], (T.int64(16), T.int64(16)), "float16", strides=("b1", "b0"), scope="wmma.matrix_b", offset_factor=16)
                         C = T.match_buffer(matmul_intermediate_shared_wmma_accumulator[v_i0_o * T.int64(16):v_i0_o * T.int64(16) + T.int64(16), v_i1_o * T.int64(16):v_i1_o * T.int64(16) + T.int64(16)], (T.int64(16), T.int64(16)), "float16", strides=("c1", "c0"), scope="wmma.accumulator", offset_factor=16)
-                        T.tvm_mma_sync(C.data, C.elem_offset // C.strides[0] // T.int64(16) * (C.strides[0] // T.int64(16)) + C.elem_offset % C.strides[0] // T.int64(16), A.data, A.elem_offset // A.strides[0] // T.int64(16) * (A.strides[0] // T.int64(16)) + A.elem_offset % A.strides[0] // T.int64(16), B.data, B.elem_offset // B.strides[0] // T.int64(16) * (B.strides[0] // T.int64(16)) + B.elem_offset % B.strides[0] // T.int64(16), C.data, C.elem_offset // C.strides[0] // T.int64(16) * (C.strides[0] // T.int64(16)) + C.elem_offset % C.strides[0] // T.int64(16))
+                        T.tvm_mma_sync(C.data, C.elem_offset % C.strides[0] // T.int64(16) + C.elem_offset // C.strides[0] // T.int64(16) * (C.strides[0] // T.int64(16)), A.data, A.elem_offset % A.strides[0] // T.int64(16) + A.elem_offset // A.strides[0] // T.int64(16) * (A.strides[0] // T.int64(16)), B.data, B.elem_offset % B.strides[0] // T.int64(16) + B.elem_offset // B.strides[0] // T.int64(16) * (B.strides[0] // T.int64(16)), C.data, C.elem_offset % C.strides[0] // T.int64(16) + C.elem_offset // C.strides[0] // T.int64(16) * (C.strides[0] // T.int64(16)))
                 with T.sblock("matmul_intermediate_shared_wmma.accumulator_o"):
                     v0_o, v1_o = T.axis.remap("SS", [i0_0_i1_0_fused, ax0_0_ax1_0_fused_1])
                     T.reads(matmul_intermediate_shared_wmma_accumulator[v0_o * T.int64(16):v0_o * T.int64(16) + T.int64(16), v1_o * T.int64(16):v1_o * T.int64(16) + T.int64(16)])
                     T.writes(matmul_intermediate_shared[v0_o * T.int64(16):v0_o * T.int64(16) + T.int64(16), v1_o * T.int64(16):v1_o * T.int64(16) + T.int64(16)])
                     A = T.match_buffer(matmul_intermediate_shared_wmma_accumulator[v0_o * T.int64(16):v0_o * T.int64(16) + T.int64(16), v1_o * T.int64(16):v1_o * T.int64(16) + T.int64(16)], (T.int64(16), T.int64(16)), "float16", strides=("d1", "d0"), scope="wmma.accumulator", offset_factor=16)
                     C = T.match_buffer(matmul_intermediate_shared[v0_o * T.int64(16):v0_o * T.int64(16) + T.int64(16), v1_o * T.int64(16):v1_o * T.int64(16) + T.int64(16)], (T.int64(16), T.int64(16)), "float16", strides=("s1", "s0"), scope="shared", offset_factor=16)
-                    T.tvm_store_matrix_sync(A.data, 16, 16, 16, A.elem_offset // A.strides[0] // T.int64(16) * (A.strides[0] // T.int64(16)) + A.elem_offset % A.strides[0] // T.int64(16), T.tvm_access_ptr(T.type_annotation("float16"), C.data, C.elem_offset, C.strides[0] * T.int64(16), 2), C.strides[0], "row_major")
+                    T.tvm_store_matrix_sync(A.data, 16, 16, 16, A.elem_offset % A.strides[0] // T.int64(16) + A.elem_offset // A.strides[0] // T.int64(16) * (A.strides[0] // T.int64(16)), T.tvm_access_ptr(T.type_annotation("float16"), C.data, C.elem_offset, C.strides[0] * T.int64(16), 2), C.strides[0], "row_major")
         for ax0_0 in range(T.int64(4)):
             for ax0_1 in T.thread_binding(T.int64(4), thread="threadIdx.y"):
                 for ax1_0 in range(T.int64(2)):
@@ -131,8 +127,8 @@ def gemm_softmax_scheduled(x: T.Buffer((T.int64(64), T.int64(32)), "float16"), w
             for i0_1_i1_1_fused_1 in T.thread_binding(T.int64(4), thread="threadIdx.y"):
                 for i0_1_i1_1_fused_2 in T.thread_binding(T.int64(32), thread="threadIdx.x"):
                     with T.sblock("T_softmax_norm"):
-                        v_i0 = T.axis.spatial(T.int64(64), i0_0_i1_0_fused * T.int64(16) + (i0_1_i1_1_fused_0 * T.int64(128) + i0_1_i1_1_fused_1 * T.int64(32) + i0_1_i1_1_fused_2) // T.int64(64))
-                        v_i1 = T.axis.spatial(T.int64(64), (i0_1_i1_1_fused_0 * T.int64(128) + i0_1_i1_1_fused_1 * T.int64(32) + i0_1_i1_1_fused_2) % T.int64(64))
+                        v_i0 = T.axis.spatial(T.int64(64), i0_0_i1_0_fused * T.int64(16) + i0_1_i1_1_fused_0 * T.int64(2) + i0_1_i1_1_fused_1 // T.int64(2))
+                        v_i1 = T.axis.spatial(T.int64(64), i0_1_i1_1_fused_1 % T.int64(2) * T.int64(32) + i0_1_i1_1_fused_2)
                         T.reads(matmul_intermediate_shared[v_i0, v_i1], T_softmax_maxelem_shared[v_i0], T_softmax_expsum_shared[v_i0])
                         T.writes(T_softmax_norm_intermediate[v_i0, v_i1])
                         T.sblock_attr({"axis": 1})

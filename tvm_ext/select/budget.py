@@ -42,8 +42,8 @@ class PlanningBudget:
     Parameters
     ----------
     work_per_node, min_work, max_work : float
-        Work units allowed: ``min(max_work, max(min_work, work_per_node x nodes))``; ``inf`` for
-        no limit.
+        Work units allowed: ``work_per_node x nodes``, at least ``min_work`` (a floor for small
+        graphs, which wins over the ceiling) and at most ``max_work``; ``inf`` for no limit.
     seconds_per_node, min_seconds, max_seconds : float
         Wall-clock seconds allowed, likewise; ``inf`` for no limit.
     """
@@ -58,11 +58,11 @@ class PlanningBudget:
     #: spends per node in one graph-stage run: MobileNet-V2's tile graph took 1.0 s per call node
     #: (196 s for 190 nodes, this 2-core machine, alone) and hit the earlier 1 s per node.
     seconds_per_node: float = 2.5
-    min_seconds: float = 300.0
+    min_seconds: float = 10.0
     #: Ceilings over any graph size (``inf``: none): the compile time a user waits for at most,
     #: however large the model.
     max_work: float = math.inf
-    max_seconds: float = math.inf
+    max_seconds: float = 30.0
 
     def __post_init__(self) -> None:
         for name in ("work_per_node", "min_work", "seconds_per_node", "min_seconds", "max_work", "max_seconds"):
@@ -72,11 +72,11 @@ class PlanningBudget:
 
     def work_limit(self, nodes: int) -> float:
         """Work units allowed for a function of ``nodes`` call nodes."""
-        return min(self.max_work, max(self.min_work, self.work_per_node * nodes))
+        return max(self.min_work, min(self.max_work, self.work_per_node * nodes))
 
     def seconds_limit(self, nodes: int) -> float:
         """Seconds allowed for a function of ``nodes`` call nodes."""
-        return min(self.max_seconds, max(self.min_seconds, self.seconds_per_node * nodes))
+        return max(self.min_seconds, min(self.max_seconds, self.seconds_per_node * nodes))
 
     def meter(self, generator: str, nodes: int, clock: Callable[[], float] = time.perf_counter, *,
               spent: tuple[float, float] = (0.0, 0.0)) -> "BudgetMeter":

@@ -163,10 +163,15 @@ def connect_graph(ctx: SelectionContext, cost, *, also_explored: bool = False) -
             planned[0] += 1
         return trials[merged]
 
+    planned_before: dict[tuple[int, ...], bool] = {}     # asked only once the budget is spent: then fixed
+
     def free(members: tuple[int, ...]) -> bool:
         """Whether pricing ``members`` plans nothing new (this run or an earlier one of the build did)."""
-        return (members in price or members in trials or is_planned(ctx, members)
-                or not ctx.graph.is_convex(members))
+        if members in price or members in trials:
+            return True
+        if members not in planned_before:
+            planned_before[members] = is_planned(ctx, members) or not ctx.graph.is_convex(members)
+        return planned_before[members]
 
     value: dict[tuple[int, ...], int] = {}
 

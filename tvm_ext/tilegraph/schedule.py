@@ -361,7 +361,16 @@ def build_tile_schedule(func: tirx.PrimFunc, plan: TilePlan, *, tensorize: bool 
             tensorize_stages(sch, stages)
     except TVM_ERRORS as err:
         raise TileScheduleError(f"schedule failed: {str(err).strip().splitlines()[0][:300]}") from None
-    return sch.mod["main"].with_attr("tirx.is_scheduled", True)
+    return _simplified(sch.mod["main"]).with_attr("tirx.is_scheduled", True)
+
+
+def _simplified(func: tirx.PrimFunc) -> tirx.PrimFunc:
+    """``func`` with its index expressions simplified, so that lowering sizes each shared buffer
+    by the tile the plan weighed. TVM's pipeline compacts buffers before it simplifies: a layer
+    norm's rows read back through a reshape as ``bx // 4 * 64 + bx % 4 * 16 + i`` and written as
+    ``bx * 16 + i`` are one region only once simplified, and unsimplified the whole tensor was
+    allocated in shared memory (262 KB per block for Segformer-B0's 64x64x32 norm)."""
+    return tvm.s_tir.transform.StmtSimplify()(tvm.IRModule({"main": func}))["main"]
 
 
 __all__ = ["WARP", "THREAD_CHOICES", "TileScheduleError", "build_tile_schedule"]
