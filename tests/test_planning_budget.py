@@ -131,7 +131,8 @@ def test_a_tiny_budget_is_reported_and_the_model_still_builds(block, preset, gen
 
 
 def test_budgets_scale_with_the_graph_and_stop_for_good():
-    budget = PlanningBudget(work_per_node=3.0, min_work=100.0, seconds_per_node=0.5, min_seconds=10.0)
+    budget = PlanningBudget(work_per_node=3.0, min_work=100.0, seconds_per_node=0.5, min_seconds=10.0,
+                            max_seconds=math.inf)
     assert budget.work_limit(10) == 100.0 and budget.work_limit(1000) == 3000.0
     assert budget.seconds_limit(4) == 10.0 and budget.seconds_limit(100) == 50.0
     now = [0.0]
@@ -182,5 +183,22 @@ def test_the_budget_is_the_builds_and_what_it_planned_stays_free(block):
     second, again = run()
     meter = second.meter("tilegraph")
     assert meter.work == spent          # nothing new planned: the second run started exhausted
+    assert any(n.startswith("tilegraph: budget exhausted") for n in second.notes)
     # ... and it connects the groups the first run planned, from the build's memo
     assert [(g.nodes, g.seconds) for g in again] == [(g.nodes, g.seconds) for g in groups]
+
+
+def test_a_budget_an_earlier_run_spent_is_reported_by_the_run_the_report_shows(block):
+    legal = relax.transform.LegalizeOps()(block)
+    graph = OpGraph.from_module(legal)
+    budget = PlanningBudget(work_per_node=0.0, min_work=10.0, seconds_per_node=math.inf, min_seconds=math.inf)
+    shared: dict = {}
+    contexts = [SelectionContext(legal, "main", graph, load_device("h100"), tvm.target.Target(H100),
+                                 shared=shared, budget=budget) for _ in range(2)]
+    contexts[0].meter("orchestrate").spend(12)
+    assert contexts[0].finish("orchestrate") == (12.0, 1.2)
+    assert contexts[1].meter("orchestrate").exhausted        # the second run starts where the first stopped
+    contexts[1].finish("orchestrate")
+    assert contexts[1].notes == ["orchestrate: budget exhausted over this build's graph-stage runs (12 of 10 "
+                                 "work units, 0 of unlimited s); what it planned before went to the selector"]
+    assert contexts[1].finish("never metered") == (0.0, 0.0)

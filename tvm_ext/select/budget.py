@@ -151,6 +151,13 @@ class BudgetMeter:
                 f"({self.work:.0f} of {_amount(self.work_limit)} work units, {self.seconds:.0f} of "
                 f"{_amount(self.seconds_limit)} s); its candidates so far went to the selector")
 
+    def note_spent(self) -> str:
+        """The report line of a budget spent without this run stopping anything: an earlier
+        graph-stage run of the build spent it (this run took only what the build had planned)."""
+        return (f"{self.generator}: budget exhausted over this build's graph-stage runs ({self.work:.0f} of "
+                f"{_amount(self.work_limit)} work units, {self.seconds:.0f} of {_amount(self.seconds_limit)} s); "
+                "what it planned before went to the selector")
+
 
 def _amount(limit: float) -> str:
     return "unlimited" if math.isinf(limit) else f"{limit:.0f}"

@@ -152,6 +152,8 @@ class SelectionContext:
         if meter is None:
             return 0.0, 0.0
         self._shared[("budget spent", self.func_name, generator)] = (meter.work, meter.seconds)
+        if meter.exhausted and not any(n.startswith(f"{generator}: budget exhausted") for n in self.notes):
+            self.notes.append(meter.note_spent())     # the report says so whichever run it shows
         return meter.work, meter.share
 
     def _hash(self, func_name: str) -> int:
