@@ -199,6 +199,6 @@ def test_a_budget_an_earlier_run_spent_is_reported_by_the_run_the_report_shows(b
     assert contexts[0].finish("orchestrate") == (12.0, 1.2)
     assert contexts[1].meter("orchestrate").exhausted        # the second run starts where the first stopped
     contexts[1].finish("orchestrate")
-    assert contexts[1].notes == ["orchestrate: budget exhausted over this build's graph-stage runs (12 of 10 "
-                                 "work units, 0 of unlimited s); what it planned before went to the selector"]
+    assert contexts[1].notes == [("orchestrate: budget exhausted over this build's graph-stage runs (12 of 10 "
+                                  "work units, 0 of unlimited s); what it planned before went to the selector")]
     assert contexts[1].finish("never metered") == (0.0, 0.0)
