@@ -146,7 +146,7 @@ def connect_graph(ctx: SelectionContext, cost, *, also_explored: bool = False) -
     group_of: dict[int, tuple[int, ...]] = {n: (n,) for n in calls}
     price: dict[tuple[int, ...], tuple[TilePlan | None, float]] = {}
     trials: dict[tuple[int, ...], tuple[TilePlan | None, float]] = {}
-    saving: dict[tuple[int, ...], None] = {}      # merges that saved when tried, in the order tried
+    saving: dict[tuple[int, ...], None] = {}      # merges that saved when tried: by step, in edge order
     edges = [(n, c) for n in calls for c in ctx.ordered(c for c in ctx.graph.consumers(n) if c in group_of)]
 
     planned = [0]
@@ -198,12 +198,12 @@ def connect_graph(ctx: SelectionContext, cost, *, also_explored: bool = False) -
                 plan, seconds = trial(merged)
                 gain = sum(priced(p)[1] for p in parts) - seconds
                 if plan is not None and gain > 0:
-                    savers.append(k)
+                    savers.append((k, merged))
                     # the largest gain; of equal gains the earliest move (the edge order)
                     if best is None or (gain, -k) > (best[0], -best[1]):
                         best = (gain, k, merged, plan, seconds)
-            for k in sorted(savers):
-                saving[ctx.ordered(sum(moves[k], ()))] = None
+            for _, saver in sorted(savers):
+                saving[saver] = None
             if best is not None:
                 break
         if best is None:

@@ -122,9 +122,14 @@ def plan_group(ctx: SelectionContext, members: tuple[int, ...]) -> TilePlan | st
     return _group_plans(ctx, members)[0]
 
 
+def _plan_key(ctx: SelectionContext, members: tuple[int, ...]) -> tuple:
+    """The build-wide memo key of a group's plans (by structure: its signature)."""
+    return "tilegraph", ctx.signature(ctx.ordered(members))
+
+
 def is_planned(ctx: SelectionContext, members: tuple[int, ...]) -> bool:
     """Whether the build has planned a group of ``members``' structure (planning it again is free)."""
-    return ctx.has_shared(("tilegraph", ctx.signature(ctx.ordered(members))))
+    return ctx.has_shared(_plan_key(ctx, members))
 
 
 def whole_reduction_plan(ctx: SelectionContext, members: tuple[int, ...]) -> TilePlan | None:
@@ -172,7 +177,7 @@ def _group_plans(ctx: SelectionContext, members: tuple[int, ...]) -> tuple[TileP
             return ranked_plan, None
         return ranked_plan, _plan_of(ctx, func, whole, inline, levels)
 
-    return ctx.shared_memo(("tilegraph", ctx.signature(members)), plans)
+    return ctx.shared_memo(_plan_key(ctx, members), plans)
 
 
 def _plan_of(ctx: SelectionContext, func, best: "_Buildable", inline: tuple[str, ...],
