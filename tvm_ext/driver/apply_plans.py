@@ -17,6 +17,7 @@ Example
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 
 import tvm
@@ -30,6 +31,7 @@ from ..select.attrs import FALLBACK_ATTR, GENERATOR_ATTR, RULE_ATTR
 from ..select.generator import ScheduleRefused, get_generator
 from ..select.plan import PlanError, plan_of
 from ..tir.lowering_check import lowering_problem
+from ..tir.shared_sync import sync_shared_broadcasts
 
 logger = logging.getLogger(__name__)
 
@@ -162,6 +164,7 @@ class ApplyPlans:
                 logger.warning("kernel '%s' left to dlight: %s", gv.name_hint, err)
                 updates[gv] = func.with_attr(FALLBACK_ATTR, f"{err}; scheduled by dlight as separate kernels")
                 continue
+            kernel = dataclasses.replace(kernel, func=sync_shared_broadcasts(kernel.func))   # before any lowering
             if target is not None and getattr(generator, "verify_lowering", False):
                 problem = lowering_problem(kernel.func, gv.name_hint, target)
                 if problem is not None:

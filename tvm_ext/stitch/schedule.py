@@ -6,9 +6,9 @@ inlined, a split reduction already factored):
 * regional ops: ``set_scope`` (a reduction keeps its result in ``local`` scope: TVM's
   cross-thread reduction leaves it in a shared-memory slot every thread of the row reads;
   other ops in ``shared``), then ``compute_at`` into their stage root's row loop, their inner
-  loops split by ``threads_x`` and bound to ``threadIdx.x`` (an op of one value per row, written
-  by ``threadIdx.x < 1``, gets an explicit ``__syncthreads`` before its readers: ThreadSync
-  misses it);
+  loops split by ``threads_x`` and bound to ``threadIdx.x`` (an op of one value per row is
+  written by ``threadIdx.x < 1``: the schedule stage puts the ``__syncthreads`` ThreadSync misses
+  before its readers, :func:`tvm_ext.tir.sync_shared_broadcasts`);
 * every stage root: leading row loops fused and split ``[grid, tasks, rows_per_block]``
   (vertical and horizontal packing), the row's inner loops split by ``threads_x``; a flat
   stage splits all its loops ``[grid, tasks, rows_per_block, threads_x]``;
@@ -74,10 +74,9 @@ def _reduce_loop_vars(sch, block) -> list:
     return used
 
 
-def _member_inner(sch, block, n_outer: int, threads_x: int) -> bool:
+def _member_inner(sch, block, n_outer: int, threads_x: int) -> None:
     """Bind a compute_at'ed member's loops below the row loop to threadIdx.x: its reduction loops
-    for a reduction (a cross-thread reduction leaves the result in every thread), else its row.
-    True for a member of one value per row (its readers need a barrier after it)."""
+    for a reduction (a cross-thread reduction leaves the result in every thread), else its row."""
     loops = sch.get_loops(block)[n_outer:]
     red_vars = _reduce_loop_vars(sch, block)
     red = [lp for lp in loops if any(sch.get(lp).loop_var.same_as(v) for v in red_vars)]
@@ -86,39 +85,10 @@ def _member_inner(sch, block, n_outer: int, threads_x: int) -> bool:
         if others and loops.index(others[-1]) > loops.index(red[0]):
             sch.reorder(*others, *red)  # a cross-thread reduction needs its loops innermost
         _bind_inner(sch, red, threads_x)
-        return False
-    one_per_row = all(_extent(sch, lp) == 1 for lp in loops)
+        return
     if not loops:
         loops = [sch.add_unit_loop(block)]
     _bind_inner(sch, loops, threads_x)
-    return one_per_row
-
-
-def _barrier_after_row_values(func: tirx.PrimFunc, names: set[str]) -> tirx.PrimFunc:
-    """A ``__syncthreads`` after each threadIdx.x loop that writes one value per row into shared
-    memory (``names``: a squeeze-excite gate). Only ``threadIdx.x < 1`` writes it and every thread
-    of the row reads it, but TVM's ThreadSync sees the same ``[threadIdx.y]`` index on both sides
-    and puts no barrier between (other warps read the slot before it is written)."""
-    done: set[str] = set()
-
-    def row_values_in(stmt) -> set[str]:
-        found: set[str] = set()
-        tvm_ffi.structural_walk(stmt, (tvm.s_tir.SBlock,
-                                       lambda blk: found.add(blk.name_hint) if blk.name_hint in names else None))
-        return found - done
-
-    def on_seq(seq, mutator):   # children first: the innermost sequence holding the writer gets the barrier
-        new = mutator.default_mutate(seq)
-        out = []
-        for stmt in new.seq:
-            out.append(stmt)
-            written = row_values_in(stmt)
-            if written:
-                done.update(written)
-                out.append(tirx.Evaluate(tirx.call_intrin("void", "tirx.tvm_storage_sync", "shared")))
-        return tirx.SeqStmt(out) if len(out) != len(new.seq) else new
-
-    return func.with_body(tvm_ffi.structural_mutate(func.body, (tirx.SeqStmt, on_seq)))
 
 
 def _split_rows(sch, row_loop, stage: Stage, grid: int, rows_per_block: int, threads_x: int | None):
@@ -134,7 +104,7 @@ def _split_rows(sch, row_loop, stage: Stage, grid: int, rows_per_block: int, thr
     return parts[0]
 
 
-def _schedule_row_stage(sch, g1: StitchGraph, stage: Stage, plan: StitchPlan, row_values: set[str]):
+def _schedule_row_stage(sch, g1: StitchGraph, stage: Stage, plan: StitchPlan):
     root = sch.get_sblock(stage.root)
     op = g1.op(stage.root)
     members = list(stage.members)
@@ -159,8 +129,7 @@ def _schedule_row_stage(sch, g1: StitchGraph, stage: Stage, plan: StitchPlan, ro
     for name in reversed(members):
         member = sch.get_sblock(name)
         sch.compute_at(member, row_loops[-1], preserve_unit_loops=True)
-        if _member_inner(sch, member, n_outer, plan.threads_x) and name in set(plan.ops_with_scheme("regional")):
-            row_values.add(name)
+        _member_inner(sch, member, n_outer, plan.threads_x)
     if not inner_loops:
         inner_loops = [sch.add_unit_loop(root)]
     _bind_inner(sch, inner_loops, plan.threads_x)
@@ -215,17 +184,17 @@ def build_schedule(plan: StitchPlan) -> tirx.PrimFunc:
     try:
         for name in plan.ops_with_scheme("regional"):
             sch.set_scope(sch.get_sblock(name), 0, "local" if g1.op(name).is_reduce else "shared")
-        grid_loops, row_values = [], set()
+        grid_loops = []
         for stage in plan.stages:
             if stage.rows is not None:
-                grid_loops.append(_schedule_row_stage(sch, g1, stage, plan, row_values))
+                grid_loops.append(_schedule_row_stage(sch, g1, stage, plan))
             else:
                 grid_loops.append(_schedule_flat_stage(sch, stage, plan))
         bx = sch.merge(*grid_loops) if len(grid_loops) > 1 else grid_loops[0]
         sch.bind(bx, "blockIdx.x")
     except TVM_ERRORS as err:
         raise StitchScheduleError(f"schedule failed: {str(err).splitlines()[0][:300]}") from None
-    func = _barrier_after_row_values(zero_unit_bindings(sch.mod["main"]), row_values)
+    func = zero_unit_bindings(sch.mod["main"])
     func, barriers = insert_grid_sync(func)
     if barriers != 0 and not plan.needs_grid_sync:
         raise StitchScheduleError("the kernel needs a grid barrier the plan did not foresee")

@@ -7,6 +7,7 @@ followed by the launch-parameter passes); pass ``tir_pipeline="tvm_ext"`` to ``t
 from __future__ import annotations
 
 from .lowering_check import lowering_problem
+from .shared_sync import SyncSharedBroadcasts, sync_shared_broadcasts
 from .workspace import buffer_scope, global_workspaces, promote_workspace
 from .grid_sync import GRID_SYNC_OP, InsertGridSync, has_grid_sync, insert_grid_sync, is_block_binding
 from .launch_params import (
@@ -27,4 +28,5 @@ __all__ = [
     "AnnotateCooperativeLaunch", "ApplyLaunchBounds", "COOPERATIVE_TAG", "GRID_SYNC_OP", "InsertGridSync",
     "MIN_BLOCKS_ATTR", "PIPELINE_NAME", "has_grid_sync", "insert_grid_sync", "is_block_binding", "is_device_kernel",
     "launch_params", "register_tir_pipeline", "with_cooperative_launch", "buffer_scope", "global_workspaces", "promote_workspace", "lowering_problem",
+    "SyncSharedBroadcasts", "sync_shared_broadcasts",
 ]

@@ -14,8 +14,9 @@ end of the TIR pipeline:
 * :class:`ApplyLaunchBounds` copies ``"tvm_ext.min_blocks_per_sm"`` from a (host) PrimFunc to
   its device kernels (named ``<function name>_kernel...`` by ``SplitHostDevice``).
 
-:func:`register_tir_pipeline` registers TVM's default ``s_tir`` pipeline followed by both
-passes as the TIR pipeline ``"tvm_ext"``::
+:func:`register_tir_pipeline` registers :class:`~tvm_ext.tir.shared_sync.SyncSharedBroadcasts`
+(barriers ThreadSync misses), TVM's default ``s_tir`` pipeline and both passes as the TIR
+pipeline ``"tvm_ext"``::
 
     ex = tvm.compile(mod, target, relax_pipeline=..., tir_pipeline="tvm_ext")
 """
@@ -26,6 +27,7 @@ from tvm import tirx
 
 from ..ir_update import with_functions
 from .grid_sync import has_grid_sync
+from .shared_sync import SyncSharedBroadcasts
 
 COOPERATIVE_TAG = "tirx.use_cooperative_launch"
 DYN_SHARED_TAG = "tirx.use_dyn_shared_memory"
@@ -90,13 +92,14 @@ class ApplyLaunchBounds:
 
 def _pipeline_factory():
     base, finalize_host, finalize_device = tvm.s_tir.pipeline.default_s_tir_pipeline()
-    passes = tvm.transform.Sequential([base, ApplyLaunchBounds(), AnnotateCooperativeLaunch()],
+    passes = tvm.transform.Sequential([SyncSharedBroadcasts(), base, ApplyLaunchBounds(), AnnotateCooperativeLaunch()],
                                       name="tvm_ext.tir_pipeline")
     return passes, finalize_host, finalize_device
 
 
 def register_tir_pipeline(name: str = PIPELINE_NAME) -> str:
-    """Register the ``s_tir`` pipeline plus the launch-parameter passes under ``name`` (idempotent)."""
+    """Register the shared-memory barrier pass, the ``s_tir`` pipeline and the launch-parameter passes
+    under ``name`` (idempotent)."""
     from tvm.tirx import compilation_pipeline as pipelines
 
     if name not in pipelines.PIPELINE_MAP:
