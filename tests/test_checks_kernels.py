@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import tvm
+from tvm.script import tirx as T
 
 from tvm_ext.checks.kernel import emulate_function, run_device_kernel
 from tvm_ext.checks.lowered import lower_device
@@ -194,3 +195,45 @@ def test_verify_checks_a_hand_scheduled_prim_func_of_a_relax_module():
     (line,) = report.lines
     assert (line.kernel, line.generator, line.verdict) == ("my_softmax", "hand-written", "ok")
     assert "emulated" in line.checks
+
+
+# fmt: off
+@T.prim_func(private=True, s_tir=True)
+def _two_launches_reference(x: T.Buffer((64,), "float32"), y: T.Buffer((64,), "float32")):
+    t = T.sblock_alloc_buffer((64,))
+    for i in range(64):
+        with T.sblock("double"):
+            vi = T.axis.spatial(64, i)
+            t[vi] = x[vi] * T.float32(2)
+    for i in range(64):
+        with T.sblock("reverse"):
+            vi = T.axis.spatial(64, i)
+            y[vi] = t[63 - vi] + T.float32(1)
+
+
+@T.prim_func(private=True, s_tir=True)
+def _two_launches(x: T.Buffer((64,), "float32"), y: T.Buffer((64,), "float32")):
+    T.func_attr({"tirx.is_scheduled": True})
+    t = T.sblock_alloc_buffer((64,))
+    for bx in T.thread_binding(2, thread="blockIdx.x"):
+        for tx in T.thread_binding(32, thread="threadIdx.x"):
+            with T.sblock("double"):
+                vi = T.axis.spatial(64, bx * 32 + tx)
+                t[vi] = x[vi] * T.float32(2)
+    for bx in T.thread_binding(2, thread="blockIdx.x"):
+        for tx in T.thread_binding(32, thread="threadIdx.x"):
+            with T.sblock("reverse"):
+                vi = T.axis.spatial(64, bx * 32 + tx)
+                y[vi] = t[63 - vi] + T.float32(1)
+# fmt: on
+
+
+def test_kernels_passing_a_global_intermediate_are_emulated():
+    """A function of two launches with a global buffer between them (orchestrate's kernels in
+    Segformer-B0): the host allocates it; it was listed unchecked ("not a parameter")."""
+    target = tvm.target.Target(TARGET)
+    launches = lower_device(_two_launches, "two", target)
+    assert [launch.args for launch in launches] == [("t", "x"), ("t", "y")]
+    verdict = emulate_function(_two_launches_reference, _two_launches, target, name="two", inputs=1)
+    assert verdict.ok, verdict.findings
+    assert verdict.kernels == 2 and verdict.compared == 64

@@ -24,6 +24,7 @@ from tvm import tirx
 from ..analysis.work import Work, function_work
 from ..testing.compare import compare_outputs
 from ..testing.tolerance import tolerance_for
+from ..tir import global_workspaces
 from .emulator import WorkOverBudget, emulate_launch
 from .lowered import lower_device
 from .memory import Finding, Storage
@@ -84,6 +85,7 @@ class EmulationVerdict:
 
 
 def _storage(param, value: np.ndarray | None) -> Storage:
+    """Global memory of a parameter (or a global intermediate buffer): ``value``, else poisoned."""
     shape = [int(d) for d in param.ty.shape]
     array = value if value is not None else np.empty(shape, dtype=element_dtype(param.ty.dtype))
     return Storage.global_tensor(param.name, array, initialised=value is not None)
@@ -143,6 +145,7 @@ def emulate_function(reference: tirx.PrimFunc, scheduled: tirx.PrimFunc, target:
     n_ref = len(reference.params)
     expected = _reference_outputs(reference, args, outs, n_in)
     storages = {p.name: _storage(p, args[i] if i < n_in else None) for i, p in enumerate(scheduled.params)}
+    storages.update({b.name: _storage(b, None) for b in global_workspaces(scheduled)})   # host-allocated, poisoned
     verdict = EmulationVerdict(planned=function_work(reference))
     for launch in lower_device(scheduled, name, target):
         try:

@@ -19,7 +19,7 @@ import tvm
 import tvm_ffi
 from tvm import tirx
 
-from ..tir import PIPELINE_NAME, is_device_kernel
+from ..tir import PIPELINE_NAME, global_workspaces, is_device_kernel
 from .tir_expr import Unemulated
 
 
@@ -67,7 +67,8 @@ def _param_name(name: str, params: set[str]) -> str:
     while name not in params:
         stripped = re.sub(r"_\d+$", "", name)
         if stripped == name:
-            raise Unemulated(f"a kernel argument '{name}' is not a parameter of the function")
+            raise Unemulated(f"a kernel argument '{name}' is neither a parameter nor a global "
+                             "intermediate of the function")
         name = stripped
     return name
 
@@ -75,14 +76,17 @@ def _param_name(name: str, params: set[str]) -> str:
 def lower_device(func: tirx.PrimFunc, name: str, target: tvm.target.Target) -> list[DeviceLaunch]:
     """The device launches of ``func`` (scheduled, static shapes) in the order its host code runs them.
 
+    A pointer argument is named by the parameter, or the global intermediate the host function
+    allocates between launches (:func:`~tvm_ext.tir.global_workspaces`), whose data it is.
+
     Raises
     ------
     Unemulated
-        A launch passes something other than a parameter's data or a constant.
+        A launch passes something other than a parameter's or a global intermediate's data or a constant.
     """
     lowered = lowered_module(tvm.IRModule({name: func.with_attr("global_symbol", name)}), target)
     kernels = {gv.name_hint: f for gv, f in lowered.functions_items() if is_device_kernel(f)}
-    params = {p.name for p in func.params}
+    params = {p.name for p in func.params} | {b.name for b in global_workspaces(func)}
     launches: list[DeviceLaunch] = []
 
     def on_call(c) -> None:
