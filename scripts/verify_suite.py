@@ -26,8 +26,8 @@ from tvm_ext.models.skeleton import resolve_models
 
 def verify_one(path: Path, preset: str, fp16: bool, target: str, timeout: float) -> dict:
     """One ``tvm-ext verify`` run as a row: counts, unchecked reasons, findings, seconds, status."""
-    cmd = [sys.executable, "-m", "tvm_ext", "verify", str(path), "--preset", preset, "--target", target,
-           "--json", "--quiet"] + (["--fp16"] if fp16 else [])
+    cmd = [sys.executable, "-m", "tvm_ext", "--quiet", "verify", str(path), "--preset", preset, "--target", target,
+           "--json"] + (["--fp16"] if fp16 else [])
     start = time.perf_counter()
     row = {"model": path.stem, "preset": preset, "target": target, "fp16": fp16}
     try:

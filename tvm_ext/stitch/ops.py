@@ -15,6 +15,7 @@ Example
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Mapping
 from functools import reduce as _fold
 from operator import mul
@@ -185,15 +186,35 @@ class StitchGraph:
 
     def op(self, name: str) -> StitchOp:
         """The op with block name ``name``."""
-        for op in self.ops:
-            if op.name == name:
-                return op
-        raise KeyError(f"no block named '{name}'; blocks: {[o.name for o in self.ops]}")
+        found = self._by_name.get(name)
+        if found is None:
+            raise KeyError(f"no block named '{name}'; blocks: {[o.name for o in self.ops]}")
+        return found
 
     def writer(self, buffer: str) -> StitchOp | None:
         """The (last) op writing ``buffer``, or None for a function input."""
-        found = [op for op in self.ops if op.buffer == buffer]
-        return found[-1] if found else None
+        return self._writers.get(buffer)
+
+    # Indexes of the ops (built once: the ops of a graph do not change after construction; the
+    # planner asks for producers and consumers of every op, quadratic as scans on 1000-op graphs).
+    @cached_property
+    def _by_name(self) -> dict[str, StitchOp]:
+        out: dict[str, StitchOp] = {}
+        for op in self.ops:
+            out.setdefault(op.name, op)
+        return out
+
+    @cached_property
+    def _writers(self) -> dict[str, StitchOp]:
+        return {op.buffer: op for op in self.ops}
+
+    @cached_property
+    def _readers(self) -> dict[str, list[tuple[StitchOp, DependencyKind]]]:
+        out: dict[str, list] = {}
+        for c in self.ops:
+            for r in c.reads:
+                out.setdefault(r.buffer, []).append((c, r.kind))
+        return out
 
     def producers(self, op: StitchOp) -> list[tuple[StitchOp, DependencyKind]]:
         """Ops whose buffers ``op`` reads, with the kind of each read."""
@@ -206,12 +227,14 @@ class StitchGraph:
 
     def consumers(self, op: StitchOp) -> list[tuple[StitchOp, DependencyKind]]:
         """Ops reading ``op``'s buffer, with the kind of each read."""
-        return [(c, r.kind) for c in self.ops if c.index != op.index
-                for r in c.reads if r.buffer == op.buffer]
+        return [(c, kind) for c, kind in self._readers.get(op.buffer, ()) if c.index != op.index]
 
     def input_readers(self, name: str) -> list[StitchOp]:
         """Ops reading function input ``name``."""
-        return [c for c in self.ops if any(r.buffer == name for r in c.reads)]
+        seen: dict[int, StitchOp] = {}
+        for c, _ in self._readers.get(name, ()):
+            seen.setdefault(c.index, c)
+        return list(seen.values())
 
 
 class _BufferLabels:

@@ -31,6 +31,7 @@ from ..errors import TVM_ERRORS, TvmExtError
 from ..hardware import DeviceSpec
 from ..analysis import element_bytes
 from ..graph import components
+from ..tir.inline import inline_with_schedule
 from .dominance import Dominance, find_dominants
 from .launch import LaunchConfig, launch_config
 from .locality import reads_same_row, row_split
@@ -170,15 +171,10 @@ def _ceil_div(a: int, b: int) -> int:
 
 
 def inline_locals(func: tirx.PrimFunc, local: tuple[str, ...]) -> tuple[tvm.s_tir.Schedule, list[str]]:
-    """A schedule of ``func`` with the ops ``local`` inlined; also the names that would not inline."""
-    sch = tvm.s_tir.Schedule(func)
-    failed = []
-    for name in local:
-        try:
-            sch.compute_inline(sch.get_sblock(name))
-        except TVM_ERRORS:
-            failed.append(name)
-    return sch, failed
+    """A schedule of ``func`` with the ops ``local`` inlined; also the names that would not inline
+    (:func:`tvm_ext.tir.inline.inline_with_schedule`: one substitution pass, not one
+    ``compute_inline`` per op, each re-analysing the whole function)."""
+    return inline_with_schedule(func, local)
 
 
 def apply_split(sch: tvm.s_tir.Schedule, op: StitchOp, split: int) -> str:
