@@ -61,7 +61,7 @@ def test_one_pass_inlining_equals_compute_inline_one_block_at_a_time():
 
 def test_blocks_the_substitution_does_not_handle_go_to_compute_inline():
     func, names = _chain_with_reductions(3)
-    ours, rest = inline_blocks(func, names + ["s1", "y"])
+    _, rest = inline_blocks(func, names + ["s1", "y"])
     assert rest == ["s1", "y"]                          # a reduction (init) and the output block
     sch, failed = inline_with_schedule(func, names + ["s1", "y"])
     assert failed == ["s1", "y"]                        # compute_inline refuses them too

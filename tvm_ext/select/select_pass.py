@@ -36,6 +36,7 @@ from tvm import relax
 
 from ..graph import OpGraph
 from ..hardware import DeviceSpec
+from ..tir.script_import import import_tensor_intrinsics
 from .attrs import SELECTION_ATTR
 from .budget import PlanningBudget
 from .context import SelectionContext
@@ -105,6 +106,10 @@ class SelectKernels:
 
     def transform_module(self, mod: tvm.IRModule, ctx) -> tvm.IRModule:  # noqa: D102 - pass protocol
         target = self.target or tvm.target.Target.current(allow_none=False)
+        if target.kind.name == "cuda":
+            # once per process, 5-9 s: before any generator, so that no planning budget pays for it
+            # (the tile graph prices single nodes with dlight, whose tensor-core rule needs them)
+            import_tensor_intrinsics()
         origins = origin_functions(mod)
         mod = without_origin(mod)
         report: dict[str, dict] = {}
