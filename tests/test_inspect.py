@@ -146,6 +146,21 @@ def test_launch_regions_agree_with_host_device_split(two_report, small_report):
             assert len(launch_regions(scheduled[k.func])) == k.kernels_per_call, k.func
 
 
+def test_a_function_without_shared_buffers_has_the_launch_shape_of_its_compacted_form(two_report, small_report):
+    """Launch shapes skip the compaction passes where no shared buffer is to be sized."""
+    from tvm_ext.select.launch import _shared_buffers, compacted, launch_shape
+
+    seen_without = 0
+    for report in (two_report, small_report):
+        scheduled = report.build.scheduled
+        for k in report.launches:
+            func = scheduled[k.func]
+            if not _shared_buffers(func.body):
+                seen_without += 1
+                assert launch_shape(func) == launch_shape(compacted(func)), k.func
+    assert seen_without > 0
+
+
 def test_kernel_inside_host_loop_counts_per_iteration():
     report = inspect(HostLoop, "tvm_ext/h100", "baseline")
     (k,) = report.launches
