@@ -109,7 +109,8 @@ def test_a_shifted_window_block_plans_within_a_fixed_budget(block, preset, monke
     assert [k for k, n in counted.schedules.items() if n > 1] == []
 
 
-@pytest.mark.parametrize("preset, generator", [("tilegraph", "tilegraph"), ("orchestrate", "orchestrate")])
+@pytest.mark.parametrize("preset, generator", [("tilegraph", "tilegraph"), ("orchestrate", "orchestrate"),
+                                               ("stitch", "stitch")])
 def test_a_tiny_budget_is_reported_and_the_model_still_builds(block, preset, generator):
     tiny = PlanningBudget(work_per_node=0.0, min_work=12.0, seconds_per_node=math.inf, min_seconds=math.inf)
     events: list[ProgressEvent] = []

@@ -36,6 +36,7 @@ from ..analysis.work import executed_work, function_work
 from ..frontend.split_slices import SplitToSlices
 from ..graph import sblocks
 from ..hardware import DeviceSpec
+from ..select.budget import BudgetMeter
 from ..select.candidate import Candidate, CodePath, LaunchShape, boundary_bytes
 from ..select.context import SelectionContext
 from ..select.describe import executed_ratios
@@ -202,11 +203,25 @@ class StitchGenerator:
 
     def candidates(self, ctx: SelectionContext) -> list[Candidate]:  # noqa: D102 - protocol
         out = []
-        for group in self._groups(ctx):
-            cand = self._candidate(ctx, group)
+        meter = ctx.meter(self.name)        # a work unit: one node of a group planned
+        groups = self._groups(ctx)
+        planned = 0
+        for group in groups:
+            if meter.exhausted and not ctx.has_shared(self._plan_key(ctx, group)):
+                continue
+            planned += 1
+            cand = self._candidate(ctx, group, meter=meter)
             if cand is not None:
                 out.append(cand)
+        if planned < len(groups):
+            ctx.notes.append(meter.note(planned, len(groups), "groups"))
+            logger.warning(ctx.notes[-1])
         return out
+
+    def _plan_key(self, ctx: SelectionContext, group: ScopeGroup, recomputes: tuple[int, ...] = ()) -> tuple:
+        """The build-wide memo key of ``group``'s plan: by structure (a later graph-stage run of the
+        build, another graph choice or a re-selection round, reuses the plan and its built counts)."""
+        return ("stitch", self.options, group.kind, group.parts, ctx.signature(ctx.ordered(group.nodes), recomputes))
 
     def plan_set(self, ctx: SelectionContext, nodes, provenance: str = "") -> Candidate | None:
         """A stitched kernel over any convex set of stitchable nodes (one part); None when the
@@ -224,10 +239,12 @@ class StitchGenerator:
                                tuple(sorted({*cand.recomputes, *recompute})))
 
     def _candidate(self, ctx: SelectionContext, group: ScopeGroup,
-                   recomputes: tuple[int, ...] = ()) -> Candidate | None:
+                   recomputes: tuple[int, ...] = (), meter: BudgetMeter | None = None) -> Candidate | None:
         members = ctx.ordered(group.nodes)
 
         def plan() -> tuple[StitchKernelPlan, BuiltWork] | str:
+            if meter is not None:
+                meter.spend(len(members))
             try:
                 func = ctx.fused_function(members, recomputes)
                 if group.kind == "prologue":
@@ -238,10 +255,7 @@ class StitchGenerator:
             except (StitchPlanError, StitchScheduleError, EmitError) as err:
                 return str(err)
 
-        # by structure: a later graph-stage run of the build (another graph choice, a re-selection
-        # round) reuses the plan and the built schedule's counts
-        built = ctx.shared_memo(("stitch", self.options, group.kind, group.parts,
-                                 ctx.signature(members, recomputes)), plan)
+        built = ctx.shared_memo(self._plan_key(ctx, group, recomputes), plan)
         if isinstance(built, str):
             ctx.drop(self.name, members, built)
             logger.info("stitch group %s not planned: %s", list(members), built)
