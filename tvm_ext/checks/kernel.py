@@ -127,7 +127,8 @@ def emulate_function(reference: tirx.PrimFunc, scheduled: tirx.PrimFunc, target:
     order : str
         Block order: ``"reversed"`` (default), ``"shuffled"`` or ``"forward"``.
     max_blocks : int, optional
-        Emulate at most this many blocks of a launch without grid barriers.
+        Emulate at most this many blocks of a launch without grid barriers (all of a launch that
+        passes a global intermediate on to a later launch).
     seconds : float, optional
         Time limit of each launch's emulation (:class:`~tvm_ext.checks.emulator.EmulationTimeout`
         past it); None for none.
@@ -145,12 +146,17 @@ def emulate_function(reference: tirx.PrimFunc, scheduled: tirx.PrimFunc, target:
     n_ref = len(reference.params)
     expected = _reference_outputs(reference, args, outs, n_in)
     storages = {p.name: _storage(p, args[i] if i < n_in else None) for i, p in enumerate(scheduled.params)}
+    intermediates = {b.name for b in global_workspaces(scheduled)}
     storages.update({b.name: _storage(b, None) for b in global_workspaces(scheduled)})   # host-allocated, poisoned
     verdict = EmulationVerdict(planned=function_work(reference))
-    for launch in lower_device(scheduled, name, target):
+    launches = lower_device(scheduled, name, target)
+    for k, launch in enumerate(launches):
+        # a launch passing an intermediate to a later one runs whole: sampled, it would leave the
+        # later launch reading what no emulated block wrote
+        feeds = any(a in intermediates and any(a in later.args for later in launches[k + 1:]) for a in launch.args)
         try:
             result = emulate_launch(launch.func, [storages[a] if isinstance(a, str) else a for a in launch.args],
-                                    order=order, max_blocks=max_blocks, seed=seed,
+                                    order=order, max_blocks=None if feeds else max_blocks, seed=seed,
                                     budget=verdict.planned * EMULATION_BUDGET + Work(EMULATION_ALLOWANCE,
                                                                                       EMULATION_ALLOWANCE)
                                     - verdict.executed, seconds=seconds)
