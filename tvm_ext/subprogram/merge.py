@@ -28,6 +28,7 @@ import tvm_ffi
 from tvm import tirx
 
 from ..tir import MIN_BLOCKS_ATTR, insert_grid_sync, is_block_binding, promote_workspace
+from ..tir.substitute import substitute_vars
 from .stages import StageError, root_block
 from .uniform import ThreadShape, thread_shape
 
@@ -81,16 +82,6 @@ def stage_kernels(func: tirx.PrimFunc) -> tuple[list[StageKernel], list]:
     return [_peel(s) for s in stmts], list(root.alloc_buffers)
 
 
-def _substitute(stmt, mapping: dict):
-    def on_var(var, mutator):
-        for old, new in mapping.items():
-            if var.same_as(old):
-                return new
-        return var
-
-    return tvm_ffi.structural_mutate(stmt, (tvm.ir.Var, on_var))
-
-
 def _virtual(kernel: StageKernel, bx: tvm.ir.Var, grid: int) -> tirx.Stmt:
     """``kernel`` run as virtual blocks of a ``grid``-block launch whose block index is ``bx``.
 
@@ -118,7 +109,7 @@ def _virtual(kernel: StageKernel, bx: tvm.ir.Var, grid: int) -> tirx.Stmt:
         rest = rest // tirx.IntImm(dtype, ext)
         var = loop.loop_var
         mapping[var] = value if str(var.ty.dtype) == dtype else tirx.Cast(str(var.ty.dtype), value)
-    body = _substitute(kernel.body, mapping)
+    body = substitute_vars(kernel.body, mapping)
     return tirx.For(vb, tirx.IntImm(dtype, 0), tirx.IntImm(dtype, trips), tirx.ForKind.SERIAL, body)
 
 
@@ -157,7 +148,7 @@ def merge_stages(fused: tirx.PrimFunc, stages: list[tuple[tirx.PrimFunc, tirx.Pr
     allocs = list(root_block(fused).alloc_buffers)
     for scheduled, unscheduled in stages:
         mapping = _param_mapping(scheduled, unscheduled)
-        scheduled = scheduled.with_body(_substitute(scheduled.body, mapping)) if mapping else scheduled
+        scheduled = scheduled.with_body(substitute_vars(scheduled.body, mapping)) if mapping else scheduled
         own, own_allocs = stage_kernels(scheduled)
         allocs += own_allocs
         kernels += own

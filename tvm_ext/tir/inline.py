@@ -23,6 +23,7 @@ from tvm import tirx
 from tvm.s_tir import SBlock, SBlockRealize
 
 from ..errors import TVM_ERRORS
+from .substitute import substitute_vars
 from .unchecked_schedule import UncheckedSchedule
 
 
@@ -80,20 +81,9 @@ class _Substituter:
                 return new
             index_vars, value = entry
             changed.append(True)
-            return _bind(value, dict(zip(index_vars, new.indices)))
+            return substitute_vars(value, dict(zip(index_vars, new.indices)))
 
         return tvm_ffi.structural_mutate(node, (tvm.ir.TensorLoad, on_load)), bool(changed)
-
-
-def _bind(expr, mapping: dict):
-    """``expr`` with the variables of ``mapping`` replaced."""
-    def on_var(var, mutator):
-        for old, new in mapping.items():
-            if var.same_as(old):
-                return new
-        return var
-
-    return tvm_ffi.structural_mutate(expr, (tvm.ir.Var, on_var))
 
 
 def _with_regions(block: SBlock, body, init, buffer_var_map: dict) -> SBlock:
