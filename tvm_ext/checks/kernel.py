@@ -146,8 +146,9 @@ def emulate_function(reference: tirx.PrimFunc, scheduled: tirx.PrimFunc, target:
     n_ref = len(reference.params)
     expected = _reference_outputs(reference, args, outs, n_in)
     storages = {p.name: _storage(p, args[i] if i < n_in else None) for i, p in enumerate(scheduled.params)}
-    intermediates = {b.name for b in global_workspaces(scheduled)}
-    storages.update({b.name: _storage(b, None) for b in global_workspaces(scheduled)})   # host-allocated, poisoned
+    workspaces = global_workspaces(scheduled)          # host-allocated between launches, poisoned
+    intermediates = {b.name for b in workspaces}
+    storages.update({b.name: _storage(b, None) for b in workspaces})
     verdict = EmulationVerdict(planned=function_work(reference))
     launches = lower_device(scheduled, name, target)
     for k, launch in enumerate(launches):

@@ -1,7 +1,7 @@
 """Planning budgets: how much work a generator may spend on one function before it stops.
 
-A generator that searches (tile-graph connecting, Korch's convex sets, SOUFFLE's subprograms)
-plans groups of nodes one after another; on an unusual graph that can take far longer than the
+A generator that searches (tile-graph connecting, Korch's convex sets, SOUFFLE's subprograms;
+AStitch's groups too) plans groups of nodes one after another; on an unusual graph that can take far longer than the
 model's size suggests. A preset sets a :class:`PlanningBudget`: work units and wall-clock seconds
 per call node of the function, each with a floor for small graphs and a ceiling for large ones.
 The selection pass gives each generator a :class:`BudgetMeter` per function (:meth:`SelectionContext.meter

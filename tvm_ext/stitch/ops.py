@@ -199,10 +199,7 @@ class StitchGraph:
     # planner asks for producers and consumers of every op, quadratic as scans on 1000-op graphs).
     @cached_property
     def _by_name(self) -> dict[str, StitchOp]:
-        out: dict[str, StitchOp] = {}
-        for op in self.ops:
-            out.setdefault(op.name, op)
-        return out
+        return {op.name: op for op in self.ops}        # names are unique (checked on construction)
 
     @cached_property
     def _writers(self) -> dict[str, StitchOp]:
