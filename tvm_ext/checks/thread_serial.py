@@ -34,6 +34,7 @@ import tvm_ffi
 from tvm import relax, tirx
 
 from ..errors import TvmExtError
+from ..tir import PIPELINE_NAME
 from ..testing.compare import compare_outputs
 from ..testing.tolerance import tolerance_for
 from ..tir import buffer_scope, has_grid_sync, is_block_binding
@@ -162,9 +163,10 @@ class CpuRun(NamedTuple):
 
 def run_on_cpu(func: tirx.PrimFunc, args: list[np.ndarray]) -> CpuRun:
     """Run ``func`` on the CPU; each argument is a view at the start of a larger allocation whose
-    tail (the guard) must come back untouched."""
+    tail (the guard) must come back untouched. Lowered by the ``"tvm_ext"`` TIR pipeline, as the
+    GPU build is (TVM's own would compute some inlined index maps wrongly: :mod:`tvm_ext.tir.flatten_guard`)."""
     lib = tvm.tirx.build(tvm.IRModule({"main": func.with_attr("global_symbol", "main")}),
-                         target=tvm.target.Target({"kind": "llvm"}))
+                         target=tvm.target.Target({"kind": "llvm"}), pipeline=PIPELINE_NAME)
     backing, views = [], []
     for a in args:
         a = np.asarray(a).copy(order="C")    # np.ascontiguousarray would make a 0-d array 1-d

@@ -15,8 +15,9 @@ end of the TIR pipeline:
   its device kernels (named ``<function name>_kernel...`` by ``SplitHostDevice``).
 
 :func:`register_tir_pipeline` registers :class:`~tvm_ext.tir.shared_sync.SyncSharedBroadcasts`
-(barriers ThreadSync misses), TVM's default ``s_tir`` pipeline and both passes as the TIR
-pipeline ``"tvm_ext"``::
+(barriers ThreadSync misses), :class:`~tvm_ext.tir.flatten_guard.GuardFlattenIndices` (indices
+``FlattenBuffer`` would simplify to another element), TVM's default ``s_tir`` pipeline and both
+passes as the TIR pipeline ``"tvm_ext"``::
 
     ex = tvm.compile(mod, target, relax_pipeline=..., tir_pipeline="tvm_ext")
 """
@@ -26,6 +27,7 @@ import tvm
 from tvm import tirx
 
 from ..ir_update import with_functions
+from .flatten_guard import GuardFlattenIndices
 from .grid_sync import has_grid_sync
 from .shared_sync import SyncSharedBroadcasts
 
@@ -92,13 +94,13 @@ class ApplyLaunchBounds:
 
 def _pipeline_factory():
     base, finalize_host, finalize_device = tvm.s_tir.pipeline.default_s_tir_pipeline()
-    passes = tvm.transform.Sequential([SyncSharedBroadcasts(), base, ApplyLaunchBounds(), AnnotateCooperativeLaunch()],
+    passes = tvm.transform.Sequential([SyncSharedBroadcasts(), GuardFlattenIndices(), base, ApplyLaunchBounds(), AnnotateCooperativeLaunch()],
                                       name="tvm_ext.tir_pipeline")
     return passes, finalize_host, finalize_device
 
 
 def register_tir_pipeline(name: str = PIPELINE_NAME) -> str:
-    """Register the shared-memory barrier pass, the ``s_tir`` pipeline and the launch-parameter passes
+    """Register the shared-memory barrier and index-guard passes, the ``s_tir`` pipeline and the launch-parameter passes
     under ``name`` (idempotent)."""
     from tvm.tirx import compilation_pipeline as pipelines
 
