@@ -2,7 +2,7 @@
 
 The model is built as ``compile`` builds it (graph and schedule stages, with re-selection), then
 each scheduled PrimFunc is linted (reductions over thread-bound loops lowered to allreduces:
-:mod:`tvm_ext.checks.lints`), lowered, and its device kernels are emulated with CUDA's semantics
+:mod:`tvm_ext.checks.lints`; no output element stored by two threads: :mod:`tvm_ext.checks.write_once`), lowered, and its device kernels are emulated with CUDA's semantics
 (:mod:`tvm_ext.checks.kernel`) against its unscheduled function; ptxas's report of the compiled
 kernels adds spills and, for kernels with a grid barrier, the co-resident limit; a PrimFunc that was already
 scheduled in the input module (hand-written TIR) is compared with its threads serialized
@@ -42,6 +42,7 @@ from .lints import unlowered_thread_reductions, usage_findings
 from .lowered import lower_device
 from .memory import Finding
 from .thread_serial import call_inputs, serialize_threads
+from .write_once import duplicate_writes
 from .tir_expr import Unemulated
 from .work import PERFORMANCE_KINDS
 
@@ -107,11 +108,15 @@ def check_kernel(name: str, reference: tirx.PrimFunc, scheduled: tirx.PrimFunc, 
     scheduled PrimFunc against ``reference``, and say what was found (``seconds``: the
     emulation's time limit per launch)."""
     findings: list[Finding] = []
-    checks = ["allreduce lint"]
+    checks = ["allreduce lint", "write-once lint"]
     unlowered = unlowered_thread_reductions(scheduled, target)
     if unlowered:
         findings.append(Finding("reduction", f"reductions over thread-bound loops left as plain read-modify-writes "
                                              f"(not lowered to allreduces): {', '.join(unlowered)}"))
+    twice = duplicate_writes(scheduled)
+    if twice:
+        findings.append(Finding("race", f"elements of {', '.join(twice)} stored by two threads of one block "
+                                        "(the last store wins)"))
     try:
         launches = lower_device(scheduled, name, target)
         verdict = emulate_function(reference, scheduled, target, name=name, inputs=inputs, seconds=seconds)

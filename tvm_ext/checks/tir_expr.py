@@ -67,7 +67,9 @@ def _floor_mod(a, b, dt):
     return a % (b or 1)
 
 
-def _binary(kind: str, dt: np.dtype):
+def binary_op(kind: str, dt: np.dtype):
+    """The numpy function of a binary TIR node kind (``"FloorDiv"``, ``"LT"``, ...) for element
+    type ``dt``, CUDA semantics; None for another kind."""
     floats = dt.kind == "f"
     table = {
         "Add": lambda a, b: a + b, "Sub": lambda a, b: a - b, "Mul": lambda a, b: a * b,
@@ -99,7 +101,7 @@ _EXTERN = {"__expf": "exp", "expf": "exp", "hexp": "exp", "__logf": "log", "logf
            "sqrtf": "sqrt", "hsqrt": "sqrt", "rsqrtf": "rsqrt", "hrsqrt": "rsqrt", "tanhf": "tanh",
            "__tanhf": "tanh", "erff": "erf", "fabsf": "fabs", "__habs": "fabs", "floorf": "floor",
            "ceilf": "ceil"}
-#: Intrinsic calls that are the binary node kinds of :func:`_binary`.
+#: Intrinsic calls that are the binary node kinds of :func:`binary_op`.
 _INTRINSIC_BINARY = {"shift_left": "LShift", "shift_right": "RShift", "bitwise_and": "BitwiseAnd",
                      "bitwise_or": "BitwiseOr", "bitwise_xor": "BitwiseXor"}
 
@@ -125,7 +127,7 @@ class ExprCompiler:
         method = getattr(self, "_" + kind, None)
         if method is not None:
             return method(e)
-        op = _binary(kind, dtype_of(e.a)) if hasattr(e, "b") else None
+        op = binary_op(kind, dtype_of(e.a)) if hasattr(e, "b") else None
         if op is not None:
             return self._binop(e, op)
         raise Unemulated(f"expression {kind} is not emulated")
@@ -275,7 +277,7 @@ class ExprCompiler:
             stmt = self.stmt
             return lambda b: self.warp.shuffle(b, mode, mask(b), value(b), lane(b), width(b), stmt)
         if name in _INTRINSIC_BINARY:
-            return self._apply(_binary(_INTRINSIC_BINARY[name], dt), self(args[0]), self(args[1]), dt)
+            return self._apply(binary_op(_INTRINSIC_BINARY[name], dt), self(args[0]), self(args[1]), dt)
         if name == "bitwise_not":
             fa = self(args[0])
             return lambda b: np.invert(fa(b))

@@ -4,7 +4,9 @@
 rule does so with an ``AssertionError`` ("consumers of the cache-write stage that are not
 properly inlined") on some fused convolutions (EfficientNet-B0, under the baseline preset
 too). :func:`apply_rules` applies the same rules in the same order to one function and, when a
-rule raises, tries the next one (``Fallback`` always applies). :class:`SafeDefaultSchedule` does
+rule raises, or builds a kernel that stores an output element from two threads
+(:mod:`tvm_ext.checks.write_once`: the ``Matmul`` rule's padded reshape epilogues), tries the next
+one (``Fallback`` always applies). :class:`SafeDefaultSchedule` does
 so for every unscheduled PrimFunc of a module and writes the shared attributes
 (:mod:`tvm_ext.select.attrs`): the generator ``"dlight"``, the rule that applied, and, when a
 rule raised, the reason as a fallback. Functions marked ``tirx.is_scheduled`` are skipped, as
@@ -18,6 +20,7 @@ from dataclasses import dataclass
 import tvm
 from tvm import s_tir, tirx
 
+from ..checks.write_once import duplicate_writes
 from ..errors import TVM_ERRORS
 from ..ir_update import with_functions
 from ..select.attrs import FALLBACK_ATTR, GENERATOR_ATTR, RULE_ATTR
@@ -83,7 +86,12 @@ def apply_rules(func: tirx.PrimFunc, target: tvm.target.Target, rules: list | No
         if space is None:
             continue
         sch = space if isinstance(space, s_tir.Schedule) else space[0]
-        return RuleOutcome(sch.mod["main"].with_attr("tirx.is_scheduled", True), type(rule).__name__, tuple(failures))
+        scheduled = sch.mod["main"]
+        twice = duplicate_writes(scheduled)
+        if twice:   # e.g. Matmul's padded epilogue storing onto valid outputs (tvm_ext.checks.write_once)
+            failures.append(f"{type(rule).__name__}: stores some elements of {', '.join(twice)} from two threads")
+            continue
+        return RuleOutcome(scheduled.with_attr("tirx.is_scheduled", True), type(rule).__name__, tuple(failures))
     return RuleOutcome(func, "none", tuple(failures))
 
 

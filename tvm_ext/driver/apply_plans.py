@@ -4,7 +4,8 @@
 plan (:data:`~tvm_ext.select.attrs.PLAN_ATTR`), the generator named in the plan builds exactly
 that plan (``generator.schedule(func, plan, device)``). A generator that refuses (or, for
 generators that ask for it, a kernel TVM's lowering rejects; or a kernel whose reductions over
-thread-bound loops TVM would not lower to allreduces, :mod:`tvm_ext.checks.lints`) leaves the
+thread-bound loops TVM would not lower to allreduces, :mod:`tvm_ext.checks.lints`; or one that
+stores an output element from two threads, :mod:`tvm_ext.checks.write_once`) leaves the
 function unscheduled and marks it with :data:`~tvm_ext.select.attrs.FALLBACK_ATTR`; dlight's rules then schedule it
 (:class:`~tvm_ext.dlight.SafeDefaultSchedule`, the next step) and the report lists it.
 
@@ -24,6 +25,7 @@ import tvm
 from tvm import relax, tirx
 
 from ..checks.lints import unlowered_thread_reductions
+from ..checks.write_once import duplicate_writes
 from ..dlight.rules import is_scheduled
 from ..hardware import DeviceSpec
 from ..ir_update import with_functions
@@ -181,6 +183,14 @@ class ApplyPlans:
                         FALLBACK_ATTR, f"{plan.generator}: reductions over thread-bound loops would not be lowered "
                                        f"to allreduces ({', '.join(unlowered)}); scheduled by dlight")
                     continue
+            twice = duplicate_writes(kernel.func)
+            if twice:       # whichever thread stores last wins
+                logger.warning("kernel '%s' left to dlight: elements of %s stored by two threads", gv.name_hint,
+                               ", ".join(twice))
+                updates[gv] = func.with_attr(
+                    FALLBACK_ATTR, f"{plan.generator}: stores elements of {', '.join(twice)} from two threads; "
+                                   "scheduled by dlight")
+                continue
             scheduled = kernel.func
             for key, value in func.attrs.items():
                 if str(key).startswith("tvm_ext.") and key not in scheduled.attrs:
