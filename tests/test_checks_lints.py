@@ -90,3 +90,47 @@ def test_a_kernel_whose_thread_reductions_would_not_be_lowered_falls_back(monkey
     reasons = [str(f.attrs[FALLBACK_ATTR]) for _, f in staged.scheduled.functions_items()
                if isinstance(f, tvm.tirx.PrimFunc) and f.attrs is not None and FALLBACK_ATTR in f.attrs]
     assert reasons and all("would not be lowered to allreduces (T_softmax_maxelem)" in r for r in reasons)
+
+
+def test_a_kernel_computing_wrong_values_falls_back_when_kernels_are_checked(monkeypatch):
+    """With the preset's ``check_kernels`` the schedule stage emulates every generator kernel: one whose
+    outputs differ from its function's goes to dlight, and the build goes on. Without it the kernel is
+    used (no static check sees a wrong value)."""
+    import dataclasses
+    import sys
+
+    import tvm_ffi
+    from tvm import tirx
+
+    from tvm_ext.driver import Preset
+    from tvm_ext.driver.stages import build
+    from tvm_ext.select.attrs import FALLBACK_ATTR, GENERATOR_ATTR
+    from tvm_ext.select.generator import register_generator, unregister_generator
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from test_select import Singletons, Small
+
+    right = Singletons.schedule
+
+    def doubled(self, func, plan, device):
+        kernel = right(self, func, plan, device)
+        store = lambda st: tirx.BufferStore(st.buffer, st.value * tirx.const(2, st.value.ty.dtype), st.indices)  # noqa: E731
+        return dataclasses.replace(kernel, func=kernel.func.with_body(
+            tvm_ffi.structural_map(kernel.func.body, (tirx.BufferStore, store))))
+
+    monkeypatch.setattr(Singletons, "schedule", doubled)
+    register_generator(Singletons())
+    try:
+        preset = Preset("test_singletons", "test", generators=("test_singletons", "dlight"))
+        unchecked = build(Small, TARGET, preset, link=False).scheduled
+        checked = build(Small, TARGET, dataclasses.replace(preset, check_kernels=True), link=False).scheduled
+    finally:
+        unregister_generator("test_singletons")
+
+    def funcs(mod):
+        return [f for _, f in mod.functions_items() if isinstance(f, tvm.tirx.PrimFunc)]
+
+    assert any(str(f.attrs.get(GENERATOR_ATTR)) == "test_singletons" for f in funcs(unchecked))
+    assert not any(str(f.attrs.get(GENERATOR_ATTR)) == "test_singletons" for f in funcs(checked))
+    reasons = [str(f.attrs[FALLBACK_ATTR]) for f in funcs(checked) if FALLBACK_ATTR in f.attrs]
+    assert reasons and all("the emulated kernel has findings (output" in r and "differs" in r for r in reasons)

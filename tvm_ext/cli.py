@@ -158,7 +158,8 @@ def _cmd_compile(args: argparse.Namespace) -> int:
         raise UsageError(f"output directory does not exist: {out.parent}")
     built = _with_progress(STEPS, args.quiet, lambda step: build_library(
         model, out, args.target, args.preset, **_model_kwargs(args),
-        weights_outside=args.weights_outside, embed_source=args.embed_source, progress=step))
+        weights_outside=args.weights_outside, embed_source=args.embed_source, check_kernels=args.check_kernels,
+        progress=step))
     print("\n".join(built.summary()))
     return 0
 
@@ -359,6 +360,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "every load and needs a CUDA compiler)")
     p.add_argument("--weights-outside", action="store_true",
                    help="keep the weights out of the library, in OUTPUT_STEM.params.npz beside it (large models)")
+    p.add_argument("--check-kernels", action="store_true",
+                   help="emulate every generator kernel on the CPU before using it; one with findings is replaced "
+                        "by dlight's (seconds per kernel)")
     p.set_defaults(func=_cmd_compile)
 
     p = sub.add_parser("run", help="run an exported library with the TVM runtime alone: outputs and timing")

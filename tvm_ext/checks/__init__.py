@@ -4,6 +4,7 @@
 - :mod:`~tvm_ext.checks.emulator`: those kernels run with CUDA's semantics: barriers, warp
   shuffles, adversarial block order, poisoned memory, races (:mod:`~tvm_ext.checks.memory`).
 - :mod:`~tvm_ext.checks.kernel`: one function emulated and compared with its unscheduled form.
+- :mod:`~tvm_ext.checks.write_once`: output elements stored by two threads (static).
 - :mod:`~tvm_ext.checks.model`: ``tvm_ext.verify`` / ``tvm-ext verify``, every kernel of a build
   (imported on use: it builds through the driver, which this package's core must not need).
 """

@@ -7,6 +7,7 @@ with compiled device code (:func:`tvm_ext.toolchain.export_library`).
 """
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -59,17 +60,19 @@ def _size(nbytes: int) -> str:
 def build_library(model: Any, output: str | Path, target: str, preset: str, *,
                   shapes: Mapping[str, Sequence[int]] | None = None, fp16: bool = False,
                   bind: Mapping[str, Any] | None = None, weights_outside: bool = False, embed_source: bool = False,
-                  progress: Callable[[str], None] | None = None) -> BuiltLibrary:
+                  check_kernels: bool = False, progress: Callable[[str], None] | None = None) -> BuiltLibrary:
     """Compile ``model`` with ``preset`` for ``target`` and export it to ``output`` (see the module docstring).
 
-    With ``weights_outside`` the weights go to ``<output stem>.params.npz`` beside the library.
+    With ``weights_outside`` the weights go to ``<output stem>.params.npz`` beside the library; with
+    ``check_kernels`` every generator kernel is emulated before it is used and one with findings is
+    replaced (:class:`~tvm_ext.driver.Preset`'s ``check_kernels``).
 
     Raises
     ------
     TvmExtError
         Bad model, shapes, target or preset; no toolkit to compile the device code.
     """
-    from ..driver import build, load_module  # noqa: PLC0415
+    from ..driver import build, get_preset, load_module  # noqa: PLC0415
     from ..hardware import is_gpu_target, resolve_target  # noqa: PLC0415
     from ..inspect import inspect  # noqa: PLC0415
     from ..toolchain import export_library  # noqa: PLC0415
@@ -89,8 +92,9 @@ def build_library(model: Any, output: str | Path, target: str, preset: str, *,
     mod = attach_signature(mod, signature_of(mod, tgt.kind.name, params_file.name if weights else None))
     step("compile")
     start = time.perf_counter()
-    report = inspect(mod, tgt, preset) if gpu else None
-    ex = report.executable if report is not None else build(mod, tgt, preset).executable
+    chosen = dataclasses.replace(get_preset(preset), check_kernels=True) if check_kernels else preset
+    report = inspect(mod, tgt, chosen) if gpu else None
+    ex = report.executable if report is not None else build(mod, tgt, chosen).executable
     seconds = report.compile_seconds if report is not None else time.perf_counter() - start
     step("export")
     exported = export_library(ex, out, target=tgt, embed_source=embed_source)

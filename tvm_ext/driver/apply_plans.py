@@ -2,12 +2,15 @@
 
 :class:`ApplyPlans` is a dlight-style rule driver: for every unscheduled PrimFunc that carries a
 plan (:data:`~tvm_ext.select.attrs.PLAN_ATTR`), the generator named in the plan builds exactly
-that plan (``generator.schedule(func, plan, device)``). A generator that refuses (or, for
-generators that ask for it, a kernel TVM's lowering rejects; or a kernel whose reductions over
-thread-bound loops TVM would not lower to allreduces, :mod:`tvm_ext.checks.lints`; or one that
-stores an output element from two threads, :mod:`tvm_ext.checks.write_once`) leaves the
-function unscheduled and marks it with :data:`~tvm_ext.select.attrs.FALLBACK_ATTR`; dlight's rules then schedule it
-(:class:`~tvm_ext.dlight.SafeDefaultSchedule`, the next step) and the report lists it.
+that plan (``generator.schedule(func, plan, device)``). A generator that refuses, or a kernel
+that fails a check, leaves the function unscheduled and marked with
+:data:`~tvm_ext.select.attrs.FALLBACK_ATTR`; dlight's rules then schedule it
+(:class:`~tvm_ext.dlight.SafeDefaultSchedule`, the next step), the build re-selects without the
+candidate and the report lists it. The checks: TVM's lowering rejects the kernel (generators with
+``verify_lowering``); reductions over thread-bound loops TVM would not lower to allreduces
+(:mod:`tvm_ext.checks.lints`); an output element stored from two threads
+(:mod:`tvm_ext.checks.write_once`); with ``check_kernels``, findings of the emulated lowered
+kernel (:mod:`tvm_ext.checks.kernel`).
 
 Global workspaces a kernel needs become extra outputs of its PrimFunc, allocated by the Relax VM
 at every call site (a kernel cannot allocate global memory).
@@ -24,7 +27,11 @@ import logging
 import tvm
 from tvm import relax, tirx
 
+from ..checks.emulator import EmulationTimeout
+from ..checks.kernel import emulate_function
 from ..checks.lints import unlowered_thread_reductions
+from ..checks.thread_serial import call_inputs
+from ..checks.tir_expr import Unemulated
 from ..checks.write_once import duplicate_writes
 from ..dlight.rules import is_scheduled
 from ..hardware import DeviceSpec
@@ -139,11 +146,45 @@ class ApplyPlans:
     target : tvm.target.Target, optional
         Where kernels of generators with ``verify_lowering`` are lowered alone as a check
         (default ``Target.current()``; ``None`` there skips the check).
+    check_kernels : bool
+        Also emulate each kernel's lowered device code against its function
+        (:func:`~tvm_ext.checks.emulate_function`); one with findings goes to dlight. A kernel the
+        emulator cannot run is kept and logged.
     """
 
-    def __init__(self, device: DeviceSpec, target: tvm.target.Target | None = None):
+    def __init__(self, device: DeviceSpec, target: tvm.target.Target | None = None, check_kernels: bool = False):
         self.device = device
         self.target = target
+        self.check_kernels = check_kernels
+
+    def _problem(self, name: str, func: tirx.PrimFunc, kernel, generator, mod: tvm.IRModule,
+                 target: tvm.target.Target | None) -> str | None:
+        """Why the scheduled ``kernel`` of ``func`` must not be used, or None."""
+        if target is not None and getattr(generator, "verify_lowering", False):
+            problem = lowering_problem(kernel.func, name, target)
+            if problem is not None:
+                return f"lowering failed ({problem})"
+        if target is None or target.kind.name != "cuda":
+            return None
+        unlowered = unlowered_thread_reductions(kernel.func, target)
+        if unlowered:   # each would reach CUDA as a read-modify-write every thread runs at once
+            return f"reductions over thread-bound loops would not be lowered to allreduces ({', '.join(unlowered)})"
+        twice = duplicate_writes(kernel.func)
+        if twice:       # whichever thread stores last wins
+            return f"stores elements of {', '.join(twice)} from two threads"
+        return self._emulation_problem(name, func, kernel.func, mod, target) if self.check_kernels else None
+
+    @staticmethod
+    def _emulation_problem(name: str, func: tirx.PrimFunc, scheduled: tirx.PrimFunc, mod: tvm.IRModule,
+                           target: tvm.target.Target) -> str | None:
+        try:
+            verdict = emulate_function(func, scheduled, target, name=name, inputs=call_inputs(mod, name))
+        except (Unemulated, EmulationTimeout) as err:
+            logger.info("kernel '%s' kept unchecked: %s", name, err)
+            return None
+        if verdict.findings:
+            return f"the emulated kernel has findings ({verdict.findings[0].message})"
+        return None
 
     def transform_module(self, mod: tvm.IRModule, ctx) -> tvm.IRModule:
         target = self.target or tvm.target.Target.current(allow_none=True)
@@ -167,29 +208,10 @@ class ApplyPlans:
                 updates[gv] = func.with_attr(FALLBACK_ATTR, f"{err}; scheduled by dlight as separate kernels")
                 continue
             kernel = dataclasses.replace(kernel, func=sync_shared_broadcasts(kernel.func))   # before any lowering
-            if target is not None and getattr(generator, "verify_lowering", False):
-                problem = lowering_problem(kernel.func, gv.name_hint, target)
-                if problem is not None:
-                    logger.warning("kernel '%s' left to dlight: lowering failed: %s", gv.name_hint, problem)
-                    updates[gv] = func.with_attr(
-                        FALLBACK_ATTR, f"{plan.generator}: lowering failed ({problem}); scheduled by dlight")
-                    continue
-            if target is not None and target.kind.name == "cuda":
-                unlowered = unlowered_thread_reductions(kernel.func, target)
-                if unlowered:   # each would reach CUDA as a read-modify-write every thread runs at once
-                    logger.warning("kernel '%s' left to dlight: thread reductions not lowered: %s", gv.name_hint,
-                                   ", ".join(unlowered))
-                    updates[gv] = func.with_attr(
-                        FALLBACK_ATTR, f"{plan.generator}: reductions over thread-bound loops would not be lowered "
-                                       f"to allreduces ({', '.join(unlowered)}); scheduled by dlight")
-                    continue
-            twice = duplicate_writes(kernel.func)
-            if twice:       # whichever thread stores last wins
-                logger.warning("kernel '%s' left to dlight: elements of %s stored by two threads", gv.name_hint,
-                               ", ".join(twice))
-                updates[gv] = func.with_attr(
-                    FALLBACK_ATTR, f"{plan.generator}: stores elements of {', '.join(twice)} from two threads; "
-                                   "scheduled by dlight")
+            problem = self._problem(gv.name_hint, func, kernel, generator, mod, target)
+            if problem is not None:
+                logger.warning("kernel '%s' left to dlight: %s", gv.name_hint, problem)
+                updates[gv] = func.with_attr(FALLBACK_ATTR, f"{plan.generator}: {problem}; scheduled by dlight")
                 continue
             scheduled = kernel.func
             for key, value in func.attrs.items():

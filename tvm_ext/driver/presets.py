@@ -68,6 +68,11 @@ class Preset:
         Combine independent GEMMs sharing an input (SOUFFLE's horizontal transform,
         :class:`tvm_ext.subprogram.HorizontalMatmul`) where the cost model prices the selection
         lower than without it (:class:`~tvm_ext.driver.graph_choice.CheaperOf`, whole module).
+    check_kernels : bool
+        Emulate every kernel a generator schedules on the CPU (its lowered device code with CUDA's
+        semantics, :func:`~tvm_ext.checks.emulate_function`) before it is used: a kernel with
+        findings goes to dlight and the selection is re-run without it, as a kernel that fails to
+        lower is. Seconds per kernel; ``tvm-ext compile --check-kernels``.
     budget : PlanningBudget
         What each searching generator (tilegraph, orchestrate, subprogram) may spend planning one
         function, scaled by its call nodes (:mod:`tvm_ext.select.budget`); when it is spent the
@@ -86,6 +91,7 @@ class Preset:
     recompute: bool = False
     fission: bool = False
     horizontal: bool = False
+    check_kernels: bool = False
     budget: PlanningBudget = PlanningBudget()
 
     def __post_init__(self) -> None:

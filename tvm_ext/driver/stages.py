@@ -174,7 +174,7 @@ def preset_passes(preset: str | Preset, target: tvm.target.Target,
     from ..dlight import SafeDefaultSchedule
     from tvm.relax.backend.cuda import pipeline as cuda
 
-    schedule = [ApplyPlans(device_from_target(target), target), SafeDefaultSchedule()]
+    schedule = [ApplyPlans(device_from_target(target), target, check_kernels=p.check_kernels), SafeDefaultSchedule()]
     lower = list(cuda.dataflow_lower_passes(target)) + list(cuda.finalize_passes(target))
     return StagePasses(fuse, fuse_tir, schedule, [WithCudaGraph(lower)] if p.cuda_graph else lower)
 
