@@ -48,8 +48,9 @@ class Preset:
     rest : str
         What covers the call nodes the selection leaves: ``"fuseops"`` or ``"none"``.
     tir_pipeline : str
-        The TIR pipeline ``tvm.compile`` must use for this preset's kernels (``"tvm_ext"`` for
-        kernels with grid barriers: cooperative launch and launch bounds).
+        The TIR pipeline ``tvm.compile`` must use for this preset's kernels: ``"tvm_ext"`` (every
+        preset but ``baseline``) adds barriers and index guards TVM's lowering misses and gives
+        kernels with grid barriers cooperative launch and launch bounds; ``"default"`` is TVM's.
     techniques : tuple of str
         Technique names for listings (papers the preset reproduces).
     implemented : bool
@@ -171,11 +172,11 @@ def register_builtin_presets() -> None:
     """The presets of the package (idempotent)."""
     if _PRESETS:
         return
-    register_preset(Preset("baseline", "TVM 0.27's default CUDA pipeline, unchanged (dlight schedules)"))
+    register_preset(Preset("baseline", "TVM 0.27's default CUDA pipeline: dlight schedules (none that races), TVM's TIR lowering"))
     register_preset(Preset("stitch", "AStitch: memory-intensive subgraphs stitched into one kernel, then dlight",
                            generators=("stitch", "dlight"), tir_pipeline="tvm_ext", techniques=("stitch",)))
     register_preset(Preset("cutlass", "Bolt: GEMM/conv offload to CUTLASS with epilogue fusion, then baseline",
-                           generators=("cutlass",), rest="fuseops", techniques=("cutlass",)))
+                           generators=("cutlass",), rest="fuseops", tir_pipeline="tvm_ext", techniques=("cutlass",)))
     register_preset(Preset("full", "every technique's candidates, one BLP selection by the cost model, CUDA graphs",
                            generators=("cutlass", "stitch", "dlight", "fuseops", "orchestrate_small", "subprogram",
                                        "tilegraph"),
