@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from tvm_ext.cutlass.contract import call_path
     from tvm_ext.cutlass.suite import load_fp16_model
-    from tvm_ext.driver.library_calls import library_calls
+    from tvm_ext.checks.library_calls import library_calls
 
     presets = [p for p in args.presets.split(",") if p]
     targets = [t for t in args.targets.split(",") if t]

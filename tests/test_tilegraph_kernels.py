@@ -403,7 +403,7 @@ def test_tile_kernels_compile_with_nvcc(target_name, make):
 def compile_one_kernel(scheduled: tvm.tirx.PrimFunc, target: tvm.target.Target) -> None:
     """Lower ``scheduled`` for ``target`` (TVM's lowering check first), check it is one kernel with
     shared memory, and compile its CUDA source with nvcc."""
-    from tvm_ext.tir.lowering_check import lowering_problem
+    from tvm_ext.checks.lowering import lowering_problem
 
     assert lowering_problem(scheduled, "tile_kernel", target) is None
     with target:
@@ -416,7 +416,7 @@ def compile_one_kernel(scheduled: tvm.tirx.PrimFunc, target: tvm.target.Target) 
 
 def test_lowering_check_names_static_shared_memory_over_the_limit():
     """A shared buffer TVM cannot compact (its region is not provable) would fail only at ptxas."""
-    from tvm_ext.tir.lowering_check import lowering_problem, static_shared_bytes
+    from tvm_ext.checks.lowering import lowering_problem, static_shared_bytes
 
     src = ('extern "C" __global__ void __launch_bounds__(256) a(float* x) {\n  __shared__ alignas(64) float s[2048];\n'
            '  __shared__ half t[16];\n}\nextern "C" __global__ void b(half* y) {\n  __shared__ half u[98304];\n}\n')

@@ -17,7 +17,7 @@ from tvm_ext.tilegraph.planning import plan_group
 from tvm_ext.tilegraph.plans import TilePlan
 from tvm_ext.tilegraph.schedule import build_tile_schedule
 from tvm_ext.tir.launch_params import PIPELINE_NAME, register_tir_pipeline
-from tvm_ext.tir.lowering_check import static_shared_bytes
+from tvm_ext.checks.lowering import static_shared_bytes
 
 H100 = "tvm_ext/h100"
 

@@ -212,7 +212,7 @@ def test_attention_core_is_one_tensor_core_kernel_that_computes_the_graph():
 def test_attention_core_at_512_tokens_is_one_tensor_core_kernel_in_dynamic_shared_memory():
     """The issue's longest sequence: K and V of a head staged whole (128 KiB) need the opt-in limit,
     which the A100 (163 KiB) meets too; the CPU check of this kernel is in the closing note (60 s)."""
-    from tvm_ext.tir.lowering_check import lowering_problem
+    from tvm_ext.checks.lowering import lowering_problem
 
     ctx = _context(attention(heads=12, seq=512, dim=64, dtype="float16"))
     members = tuple(ctx.call_nodes())

@@ -222,7 +222,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
 
 def _check_library_calls(model: Path, args: argparse.Namespace) -> bool:
     """``check --target``: every CUTLASS call the preset makes for the target, checked on the host."""
-    from .driver.library_calls import library_calls
+    from .checks.library_calls import library_calls
     from .driver.pipeline import load_module
     from .hardware import resolve_target
 

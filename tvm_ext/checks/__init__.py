@@ -5,6 +5,11 @@
   shuffles, adversarial block order, poisoned memory, races (:mod:`~tvm_ext.checks.memory`).
 - :mod:`~tvm_ext.checks.kernel`: one function emulated and compared with its unscheduled form.
 - :mod:`~tvm_ext.checks.write_once`: output elements stored by two threads (static).
+- :mod:`~tvm_ext.checks.lowering`: whether TVM lowers a scheduled kernel at all (and its static
+  shared memory fits).
+- :mod:`~tvm_ext.checks.thread_serial`: a scheduled function with its threads serialized, on the CPU.
+- :mod:`~tvm_ext.checks.library_calls`: a preset's CUTLASS calls through their host contract
+  (imported on use, like ``model``: it runs the driver's graph stage).
 - :mod:`~tvm_ext.checks.model`: ``tvm_ext.verify`` / ``tvm-ext verify``, every kernel of a build
   (imported on use: it builds through the driver, which this package's core must not need).
 """

@@ -27,7 +27,7 @@ from typing import Any
 import tvm
 from tvm import tirx
 
-from ..driver.library_calls import library_calls
+from .library_calls import library_calls
 from ..driver.pipeline import load_module
 from ..driver.stages import build
 from ..errors import TVM_ERRORS, KernelCompileError

@@ -39,7 +39,7 @@ from ..ir_update import with_functions
 from ..select.attrs import FALLBACK_ATTR, GENERATOR_ATTR, RULE_ATTR
 from ..select.generator import ScheduleRefused, get_generator
 from ..select.plan import PlanError, plan_of
-from ..tir.lowering_check import lowering_problem
+from ..checks.lowering import lowering_problem
 from ..tir.shared_sync import sync_shared_broadcasts
 
 logger = logging.getLogger(__name__)
@@ -224,4 +224,4 @@ class ApplyPlans:
         return add_workspace_outputs(mod, workspaces) if workspaces else mod
 
 
-__all__ = ["ApplyPlans", "add_workspace_outputs", "lowering_problem", "refused_kernels", "unscheduled_fallbacks"]
+__all__ = ["ApplyPlans", "add_workspace_outputs", "refused_kernels", "unscheduled_fallbacks"]

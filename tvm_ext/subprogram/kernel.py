@@ -35,7 +35,7 @@ from ..graph import func_flops
 from ..hardware import DeviceSpec, occupancy
 from ..select.analytic import ASSUMED_REGISTERS
 from ..select.launch import launch_shape, uses_tensor_cores
-from ..tir import lowering_problem
+from ..checks.lowering import lowering_problem
 from .merge import MergedKernel, merge_stages, stage_kernels
 from .plans import SubprogramPlan
 from .stages import StageError, StageSpec, check_cover, default_stages, split_compute, stage_function

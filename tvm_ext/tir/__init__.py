@@ -6,7 +6,6 @@ passes, TVM's ``s_tir`` pipeline, the launch-parameter passes); pass ``tir_pipel
 """
 from __future__ import annotations
 
-from .lowering_check import lowering_problem
 from .flatten_guard import GuardFlattenIndices, guard_flatten_indices
 from .shared_sync import SyncSharedBroadcasts, sync_shared_broadcasts
 from .workspace import buffer_scope, global_workspaces, promote_workspace
@@ -29,6 +28,6 @@ __all__ = [
     "AnnotateCooperativeLaunch", "ApplyLaunchBounds", "COOPERATIVE_TAG", "GRID_SYNC_OP", "GuardFlattenIndices",
     "InsertGridSync", "guard_flatten_indices",
     "MIN_BLOCKS_ATTR", "PIPELINE_NAME", "has_grid_sync", "insert_grid_sync", "is_block_binding", "is_device_kernel",
-    "launch_params", "register_tir_pipeline", "with_cooperative_launch", "buffer_scope", "global_workspaces", "promote_workspace", "lowering_problem",
+    "launch_params", "register_tir_pipeline", "with_cooperative_launch", "buffer_scope", "global_workspaces", "promote_workspace",
     "SyncSharedBroadcasts", "sync_shared_broadcasts",
 ]

@@ -18,7 +18,7 @@ from tvm import tirx
 
 from ..errors import TVM_ERRORS
 from ..toolchain.cuda_source import global_kernel_names, kernel_source
-from .launch_params import PIPELINE_NAME
+from ..tir.launch_params import PIPELINE_NAME
 
 _SHARED = re.compile(r"__shared__\s+(?:alignas\(\d+\)\s+)?(\w+)\s+\w+\[(\d+)\];")
 _BYTES = {"half": 2, "__half": 2, "nv_bfloat16": 2, "__nv_bfloat16": 2, "float": 4, "int": 4, "uint": 4,

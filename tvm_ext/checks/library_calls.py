@@ -16,8 +16,8 @@ from ..cutlass.contract import ContractCall, ContractResult
 from ..cutlass.passes import codegen_options
 from ..cutlass.patterns import CODEGEN_NAME
 from ..hardware import planning_target
-from .presets import Preset, get_preset
-from .stages import cuda_graph_context, preset_passes
+from ..driver.presets import Preset, get_preset
+from ..driver.stages import cuda_graph_context, preset_passes
 
 
 def library_calls(mod: tvm.IRModule, target: tvm.target.Target, preset: str | Preset
