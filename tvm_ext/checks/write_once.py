@@ -9,9 +9,11 @@ v0 % 3 * 32]`` with the head dimension ``v2`` padded from 32 to 64 and the predi
 onto the next head's columns. Threads serialized in increasing order hide it (the next head
 writes later); blocks in another order, as the GPU runs them, do not.
 
-:func:`duplicate_writes` evaluates each such store's index over its whole loop nest (constant
-extents, at most :data:`MAX_INSTANCES` instances; larger nests and indices it cannot evaluate,
-such as indirect ones, are not checked), masked by the block predicates and branch conditions,
+:func:`duplicate_writes` looks at each such store under a predicate or branch (without one, every
+instance of a schedule of the function's own domain stores once): when ``DetectIterMap`` proves
+the index a bijection of the loops there is nothing to see; otherwise it evaluates the index over
+the whole loop nest (constant extents, at most :data:`MAX_INSTANCES` instances; larger nests and
+indices it cannot evaluate, such as indirect ones, are not checked), masked by the conditions,
 and names the parameter buffers some element of which is written twice.
 
 Example
@@ -25,15 +27,18 @@ from dataclasses import dataclass
 
 import numpy as np
 import tvm
+import tvm.sym
 from tvm import tirx
 from tvm.s_tir import SBlockRealize
 
+from ..tir.substitute import substitute_vars
 from .tir_expr import binary_op, dtype_of
 
 #: Instances of one store's loop nest evaluated at most (int64 arrays of this many entries).
 MAX_INSTANCES = 1 << 22
 
 _IF_THEN_ELSE = tvm.ir.Op.get("prim.if_then_else")
+_BIJECTIVE = tvm.sym.iter_affine_map.IterMapLevel.Bijective
 
 
 class _NotEvaluated(Exception):
@@ -108,7 +113,25 @@ class _Collector:
             self.visit(stmt.body, loops, conditions, bindings, spatial)
 
 
+def _bijective(store: _Store) -> bool:
+    """Whether ``DetectIterMap`` proves the store's index a bijection of its loops under its
+    conditions (no instance needs evaluating then)."""
+    iters = {var: tvm.ir.Range.from_min_extent(lo, ext) for var, lo, ext in store.loops}
+    bound = dict(store.bindings)
+    resolved = [substitute_vars(i, bound) for i in store.indices]
+    predicate = tirx.const(True, "bool")
+    for cond in store.conditions:
+        cond = substitute_vars(cond, bound)
+        predicate = cond if isinstance(predicate, tirx.IntImm) else tirx.And(predicate, cond)
+    result = tvm.sym.detect_iter_map(resolved, iters, predicate, _BIJECTIVE)
+    return len(result.indices) > 0
+
+
 def _written_twice(store: _Store) -> bool:
+    if not store.conditions:    # every instance stores: a schedule of the function's own domain
+        return False
+    if _bijective(store):
+        return False
     extents = []
     for _, lo, ext in store.loops:
         if not (isinstance(lo, tirx.IntImm) and isinstance(ext, tirx.IntImm)):
@@ -131,7 +154,11 @@ def _written_twice(store: _Store) -> bool:
     for index, extent in zip(store.indices, store.buffer.ty.shape):
         flat = flat * int(extent) + np.broadcast_to(np.asarray(_value(index, env), dtype=np.int64), shape)
     written = flat[mask]
-    return np.unique(written).size < written.size
+    if written.size == 0:
+        return False
+    size = int(np.prod([int(d) for d in store.buffer.ty.shape], dtype=np.int64))
+    inside = written[(written >= 0) & (written < size)]   # out of bounds is the emulator's finding
+    return bool(inside.size) and int(np.bincount(inside, minlength=1).max()) > 1
 
 
 def duplicate_writes(func: tirx.PrimFunc) -> list[str]:
