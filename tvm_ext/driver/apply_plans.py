@@ -41,6 +41,7 @@ from ..select.generator import ScheduleRefused, get_generator
 from ..select.plan import PlanError, plan_of
 from ..checks.lowering import lowering_problem
 from ..tir.shared_sync import sync_shared_broadcasts
+from ..tir.write_back import predicate_write_backs
 
 logger = logging.getLogger(__name__)
 
@@ -207,7 +208,8 @@ class ApplyPlans:
                 logger.warning("kernel '%s' left to dlight: %s", gv.name_hint, err)
                 updates[gv] = func.with_attr(FALLBACK_ATTR, f"{err}; scheduled by dlight as separate kernels")
                 continue
-            kernel = dataclasses.replace(kernel, func=sync_shared_broadcasts(kernel.func))   # before any lowering
+            # before any lowering: barriers ThreadSync misses, write-backs predicated like their producers
+            kernel = dataclasses.replace(kernel, func=predicate_write_backs(sync_shared_broadcasts(kernel.func)))
             problem = self._problem(gv.name_hint, func, kernel, generator, mod, target)
             if problem is not None:
                 logger.warning("kernel '%s' left to dlight: %s", gv.name_hint, problem)
