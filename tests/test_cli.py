@@ -274,7 +274,7 @@ def test_verify_lists_every_kernel_with_its_checks(capsys, mlp_file):
     assert code == 0
     lines = out.strip().splitlines()
     assert lines[0].split()[:4] == ["kernel", "generator", "checks", "verdict"]
-    assert "allreduce lint, emulated" in out and "ptxas" in out
+    assert "allreduce lint, write-once lint, emulated" in out and "ptxas" in out
     (summary,) = [line for line in lines if "kernels (stitch, h100)" in line]
     assert "0 with findings, 0 unchecked" in summary
 

@@ -38,11 +38,14 @@ def test_pre_norm_narrow_mlp_runs_inside_its_gemm():
     assert [n for n, r in result.rules.items() if r == "stitched"] == ["layer_norm"]
 
 
-@pytest.mark.parametrize("name", ["bert_head96_s96", "conv_block_odd"])
+@pytest.mark.parametrize("name", ["bert_head48_s50", "conv_block_odd"])
 def test_merged_subprogram_kernels_compile_and_match(name):
     """Every merged kernel the subprogram generator proposes (taken whatever the cost model prefers)
     is built from its plan, compiles with nvcc, marks its grid barriers for cooperative launch and,
-    thread-serialized stage by stage, computes what its unscheduled function computes."""
+    thread-serialized stage by stage, computes what its unscheduled function computes. (This ran on
+    bert_head96_s96 until its attention-value stage, dlight's Matmul with the head padded from 96 to
+    128, was found to store padding onto the next head: tests/test_write_once.py. dlight now
+    schedules that stage with GeneralReduction, which subprogram does not merge.)"""
     result = check_planned_kernels(from_onnx(VARIANTS[name]()), tvm.target.Target("tvm_ext/h100"),
                                    preset=every_candidate("subprogram"), generator="subprogram")
     assert result.kernels >= 1 and result.ok, result.to_json()

@@ -34,12 +34,27 @@ def _heads_padded_apart(A: T.Buffer((6, 64), "float32"), B: T.Buffer((2, 96), "f
                 v0, v2 = T.axis.remap("SS", [h, c])
                 T.where(c < 32)                     # the head's own bound
                 B[v0 // 3, v2 + v0 % 3 * 32] = A[v0, v2]
+
+
+@T.prim_func(private=True, s_tir=True)
+def _every_block_recomputes(A: T.Buffer((24,), "float32"), B: T.Buffer((24,), "float32")):
+    # a merged kernel's last stage: one block's work, run by every block of the grid
+    for bx in T.thread_binding(8, thread="blockIdx.x"):
+        for tx in T.thread_binding(32, thread="threadIdx.x"):
+            with T.sblock("B"):
+                v = T.axis.spatial(24, tx)
+                T.where(tx < 24)
+                B[v] = A[v] * T.float32(2)
 # fmt: on
 
 
 def test_a_padded_head_stored_onto_the_next_is_found():
     assert duplicate_writes(_heads_padded_onto_each_other) == ["B"]
     assert duplicate_writes(_heads_padded_apart) == []
+
+
+def test_a_value_recomputed_by_every_block_is_not_a_finding():
+    assert duplicate_writes(_every_block_recomputes) == []
 
 
 def _swin_attention_value() -> tvm.IRModule:

@@ -2,7 +2,9 @@
 
 A spatial block (no reduction axis) computes each element it writes once. When two of its
 instances (threads, blocks, loop iterations) store to one element of a parameter buffer, the
-result is whichever store lands last. TVM 0.27's dlight ``Matmul`` rule builds such a kernel when
+result is whichever store lands last. (Two instances that differ only in the thread block running
+them, with the same block variables and thread indices, are one block's work replicated: a
+merged kernel's stage run by more blocks than it has work for. That is not counted.) TVM 0.27's dlight ``Matmul`` rule builds such a kernel when
 it pads a GEMM whose epilogue reshapes: Swin-T's attention output ``T_reshape[v0 // 3, v1, v2 +
 v0 % 3 * 32]`` with the head dimension ``v2`` padded from 32 to 64 and the predicate
 ``v0 % 3 * 32 + v2 < 96`` (the output's bound, not the head's) stores each head's zero padding
@@ -81,6 +83,9 @@ class _Store:
     loops: tuple          # (var, min, extent) from the outermost
     conditions: tuple     # predicates and branch conditions, in loop and block variables
     bindings: tuple       # (block var, value), outermost block first
+    #: the storing block's variables and the thread-level loops (bound to threadIdx or inside one):
+    #: two instances equal in all of them are one block's work replicated on another block
+    replica_key: tuple = ()
 
 
 class _Collector:
@@ -88,12 +93,17 @@ class _Collector:
         self.params = params
         self.stores: list[_Store] = []
 
-    def visit(self, stmt, loops: tuple, conditions: tuple, bindings: tuple, spatial: bool) -> None:
+    def visit(self, stmt, loops: tuple, conditions: tuple, bindings: tuple, spatial: bool, block=None,
+              threads: tuple = ()) -> None:
         if isinstance(stmt, tirx.SeqStmt):
             for item in stmt.seq:
-                self.visit(item, loops, conditions, bindings, spatial)
+                self.visit(item, loops, conditions, bindings, spatial, block, threads)
         elif isinstance(stmt, tirx.For):
-            self.visit(stmt.body, loops + ((stmt.loop_var, stmt.min, stmt.extent),), conditions, bindings, spatial)
+            binding = stmt.thread_binding
+            tag = str(binding.thread_tag) if binding is not None else ""
+            in_threads = threads + (stmt.loop_var,) if threads or tag.startswith("threadIdx") else threads
+            self.visit(stmt.body, loops + ((stmt.loop_var, stmt.min, stmt.extent),), conditions, bindings, spatial,
+                       block, in_threads)
         elif isinstance(stmt, SBlockRealize):
             block = stmt.block
             reduces = any(int(iv.iter_type) != 0 for iv in block.iter_vars)     # 0: data parallel
@@ -101,16 +111,18 @@ class _Collector:
                 else (stmt.predicate,)
             self.visit(block.body, loops, conditions + pred,
                        bindings + tuple((iv.var, v) for iv, v in zip(block.iter_vars, stmt.iter_values)),
-                       spatial and not reduces)
+                       spatial and not reduces, block, threads)
         elif isinstance(stmt, tirx.IfThenElse):
-            self.visit(stmt.then_case, loops, conditions + (stmt.condition,), bindings, spatial)
+            self.visit(stmt.then_case, loops, conditions + (stmt.condition,), bindings, spatial, block, threads)
             if stmt.else_case is not None:
-                self.visit(stmt.else_case, loops, conditions + (tirx.Not(stmt.condition),), bindings, spatial)
+                self.visit(stmt.else_case, loops, conditions + (tirx.Not(stmt.condition),), bindings, spatial, block,
+                           threads)
         elif isinstance(stmt, tirx.BufferStore):
             if spatial and any(stmt.buffer.same_as(p) for p in self.params):
-                self.stores.append(_Store(stmt.buffer, tuple(stmt.indices), loops, conditions, bindings))
+                key = (tuple(iv.var for iv in block.iter_vars) if block is not None else ()) + threads
+                self.stores.append(_Store(stmt.buffer, tuple(stmt.indices), loops, conditions, bindings, key))
         elif hasattr(stmt, "body"):
-            self.visit(stmt.body, loops, conditions, bindings, spatial)
+            self.visit(stmt.body, loops, conditions, bindings, spatial, block, threads)
 
 
 def _bijective(store: _Store) -> bool:
@@ -153,12 +165,22 @@ def _written_twice(store: _Store) -> bool:
     flat = np.zeros(shape, dtype=np.int64)
     for index, extent in zip(store.indices, store.buffer.ty.shape):
         flat = flat * int(extent) + np.broadcast_to(np.asarray(_value(index, env), dtype=np.int64), shape)
+    size = int(np.prod([int(d) for d in store.buffer.ty.shape], dtype=np.int64))
+    mask &= (flat >= 0) & (flat < size)       # out of bounds is the emulator's finding
     written = flat[mask]
     if written.size == 0:
         return False
-    size = int(np.prod([int(d) for d in store.buffer.ty.shape], dtype=np.int64))
-    inside = written[(written >= 0) & (written < size)]   # out of bounds is the emulator's finding
-    return bool(inside.size) and int(np.bincount(inside, minlength=1).max()) > 1
+    if int(np.bincount(written, minlength=1).max()) < 2:
+        return False
+    # one element from two instances that differ in more than the block running them
+    instance = [np.broadcast_to(np.asarray(env[v], dtype=np.int64), shape)[mask] for v in store.replica_key]
+    order = np.lexsort(instance[::-1] + [written])
+    same_element = written[order][1:] == written[order][:-1]
+    other_instance = np.zeros(same_element.shape, dtype=bool)
+    for column in instance:
+        column = column[order]
+        other_instance |= column[1:] != column[:-1]
+    return bool((same_element & other_instance).any())
 
 
 def duplicate_writes(func: tirx.PrimFunc) -> list[str]:
