@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import tvm
+from test_checks_kernels import _staged
 from tvm.script import tirx as T
 
 from tvm_ext.checks.kernel import emulate_function
@@ -10,8 +11,6 @@ from tvm_ext.checks.write_once import duplicate_writes
 from tvm_ext.frontend import from_onnx
 from tvm_ext.models import VARIANTS
 from tvm_ext.tir.write_back import predicate_write_backs
-
-from test_checks_kernels import _staged
 
 
 # fmt: off

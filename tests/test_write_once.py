@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import tvm
+from test_checks_kernels import _staged
 from tvm import relax
 from tvm.s_tir import dlight as dl
 from tvm.script import tirx as T
@@ -10,8 +11,6 @@ from tvm_ext.checks.kernel import emulate_function
 from tvm_ext.checks.thread_serial import call_inputs
 from tvm_ext.checks.write_once import duplicate_writes
 from tvm_ext.select.attrs import RULE_ATTR
-
-from test_checks_kernels import _staged
 
 
 # fmt: off

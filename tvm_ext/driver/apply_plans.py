@@ -30,6 +30,7 @@ from tvm import relax, tirx
 from ..checks.emulator import EmulationTimeout
 from ..checks.kernel import emulate_function
 from ..checks.lints import unlowered_thread_reductions
+from ..checks.lowering import lowering_problem
 from ..checks.thread_serial import call_inputs
 from ..checks.tir_expr import Unemulated
 from ..checks.write_once import duplicate_writes
@@ -39,7 +40,6 @@ from ..ir_update import with_functions
 from ..select.attrs import FALLBACK_ATTR, GENERATOR_ATTR, RULE_ATTR
 from ..select.generator import ScheduleRefused, get_generator
 from ..select.plan import PlanError, plan_of
-from ..checks.lowering import lowering_problem
 from ..tir.shared_sync import sync_shared_broadcasts
 from ..tir.write_back import predicate_write_backs
 

@@ -31,6 +31,7 @@ from tvm import tirx
 from tvm.s_tir import SBlockRealize
 
 from ..ir_update import with_functions
+from .substitute import vars_of
 from .workspace import buffer_scope
 
 _SHARED = ("shared", "shared.dyn")
@@ -55,22 +56,15 @@ def _kernel_threads(body) -> set[str]:
     return tags
 
 
-def _vars_of(exprs) -> set:
-    found: set = set()
-    for expr in exprs:
-        tvm_ffi.structural_walk(expr, (tvm.ir.Var, found.add))
-    return found
-
-
 def _broadcasts(realize: SBlockRealize, tags_of: dict, threads: set[str]) -> bool:
     """Whether ``realize`` writes shared memory at an index that leaves some thread dimension out."""
     block = realize.block
-    bound = {iv.var: _vars_of([value]) for iv, value in zip(block.iter_vars, realize.iter_values)}
+    bound = {iv.var: vars_of([value]) for iv, value in zip(block.iter_vars, realize.iter_values)}
     for region in block.writes:
         if buffer_scope(region.source) not in _SHARED:
             continue
         loops: set = set()
-        for var in _vars_of([r.min for r in region.region]):
+        for var in vars_of([r.min for r in region.region]):
             loops |= bound.get(var, {var})
         used = {tags_of[v] for v in loops if v in tags_of}
         if threads - used:

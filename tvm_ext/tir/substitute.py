@@ -1,8 +1,10 @@
-"""Variable substitution in TIR (``tvm.tirx.stmt_functor.substitute`` is gone in TVM 0.27).
+"""Variables of TIR: which ones a node uses, and substitution (``tvm.tirx.stmt_functor.substitute``
+is gone in TVM 0.27).
 
 Example
 -------
 >>> body = substitute_vars(kernel.body, {threadIdx_x: tirx.const(0, "int32")})
+>>> vars_of([predicate])
 """
 from __future__ import annotations
 
@@ -22,4 +24,12 @@ def substitute_vars(node, mapping: dict):
     return tvm_ffi.structural_mutate(node, (tvm.ir.Var, on_var))
 
 
-__all__ = ["substitute_vars"]
+def vars_of(nodes) -> set:
+    """Every variable the nodes of ``nodes`` use (buffer variables included)."""
+    found: set = set()
+    for node in nodes:
+        tvm_ffi.structural_walk(node, (tvm.ir.Var, found.add))
+    return found
+
+
+__all__ = ["substitute_vars", "vars_of"]

@@ -25,6 +25,7 @@ import tvm_ffi
 from tvm import tirx
 from tvm.s_tir import SBlockRealize
 
+from .substitute import vars_of
 from .workspace import buffer_scope
 
 
@@ -36,12 +37,6 @@ def _conjuncts(expr) -> list:
 
 def _is_true(expr) -> bool:
     return isinstance(expr, tirx.IntImm) and int(expr.value) == 1
-
-
-def _free_vars(expr) -> set:
-    found: set = set()
-    tvm_ffi.structural_walk(expr, (tvm.ir.Var, found.add))
-    return found
 
 
 def _local_writes(stmt) -> dict:
@@ -104,7 +99,7 @@ class _Fixer:
         scope = set(self.loops)
         have = {str(c) for c in _conjuncts(stmt.predicate)}
         extra = [c for buf in reads_local for c in produced[buf]
-                 if _free_vars(c) <= scope and str(c) not in have]
+                 if vars_of([c]) <= scope and str(c) not in have]
         if not extra:
             return stmt
         predicate = stmt.predicate
