@@ -83,3 +83,4 @@ def test_dlight_matmul_storing_padding_onto_the_next_head_is_not_used():
     assert str(scheduled[name].attrs[RULE_ATTR]) != "Matmul"
     verdict = emulate_function(fused[name], scheduled[name], target, name=name, inputs=call_inputs(fused, name))
     assert verdict.ok, verdict.findings
+

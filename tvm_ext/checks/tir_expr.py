@@ -51,20 +51,21 @@ def _trunc_div(a, b):
     return np.where(((a - q * b) != 0) & ((np.asarray(a) < 0) != (b < 0)), q + 1, q)
 
 
+def _nonzero(b):
+    """A divisor with 0 replaced by 1 (a lane that divides by zero computes nothing it keeps)."""
+    return np.where(b == 0, 1, b) if isinstance(b, np.ndarray) else (b or 1)
+
+
 def _floor_div(a, b, dt):
     if dt.kind == "f":
         return np.floor(a / b)
-    if isinstance(b, np.ndarray):
-        b = np.where(b == 0, 1, b)
-    return a // (b or 1)
+    return a // _nonzero(b)
 
 
 def _floor_mod(a, b, dt):
     if dt.kind == "f":
         return a - np.floor(a / b) * b
-    if isinstance(b, np.ndarray):
-        b = np.where(b == 0, 1, b)
-    return a % (b or 1)
+    return a % _nonzero(b)
 
 
 def binary_op(kind: str, dt: np.dtype):
