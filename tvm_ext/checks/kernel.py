@@ -23,7 +23,7 @@ from tvm import tirx
 
 from ..analysis.work import Work, function_work
 from ..testing.compare import compare_outputs
-from ..testing.tolerance import tolerance_for
+from ..testing.tolerance import tolerance_for, within_own_rounding
 from ..tir import global_workspaces
 from .emulator import WorkOverBudget, emulate_launch
 from .lowered import lower_device
@@ -193,10 +193,17 @@ def emulate_function(reference: tirx.PrimFunc, scheduled: tirx.PrimFunc, target:
     errors = compare_outputs(got, want, rtol=rtol, atol=atol)
     verdict.compared = int(sum(g.size for g in got))
     verdict.max_abs_err = max((e.max_abs_err for e in errors if e.size), default=0.0)
-    for p, e in zip(list(scheduled.params)[n_in:n_ref], errors):
-        if not e.ok:
-            verdict.findings.append(Finding("mismatch", f"output '{p.name}' differs from the unscheduled function "
-                                                        f"(max abs error {e.max_abs_err:.3g})"))
+    own = None
+    for k, (p, e) in enumerate(zip(list(scheduled.params)[n_in:n_ref], errors)):
+        if e.ok:
+            continue
+        if _computes_in_half(reference):    # as exact as the function in its own precision?
+            own = own if own is not None else run_on_cpu(reference, args + [o.copy() for o in outs]).values[n_in:]
+            mask = storages[p.name].init[::element_dtype(p.ty.dtype).itemsize][:own[k].size]
+            if within_own_rounding(got[k], want[k], own[k].reshape(-1)[mask], rtol, atol):
+                continue
+        verdict.findings.append(Finding("mismatch", f"output '{p.name}' differs from the unscheduled function "
+                                                    f"(max abs error {e.max_abs_err:.3g})"))
     return verdict
 
 
