@@ -24,7 +24,7 @@ from tvm import tirx
 from ..analysis.work import Work, function_work
 from ..testing.compare import compare_outputs
 from ..testing.tolerance import tolerance_for, within_own_rounding
-from ..tir import global_workspaces
+from ..tir import PIPELINE_NAME, global_workspaces
 from .emulator import WorkOverBudget, emulate_launch
 from .lowered import lower_device
 from .memory import Finding, Storage
@@ -114,7 +114,8 @@ def _reference_outputs(reference: tirx.PrimFunc, args: list, outs: list, n_in: i
 
 def emulate_function(reference: tirx.PrimFunc, scheduled: tirx.PrimFunc, target: tvm.target.Target, *,
                      name: str = "kernel", inputs: int | None = None, seed: int = 0, order: str = "reversed",
-                     max_blocks: int | None = 16, seconds: float | None = EMULATION_SECONDS) -> EmulationVerdict:
+                     max_blocks: int | None = 16, seconds: float | None = EMULATION_SECONDS,
+                     pipeline: str = PIPELINE_NAME) -> EmulationVerdict:
     """Emulate ``scheduled``'s device kernels for ``target`` and compare with ``reference``.
 
     Parameters
@@ -132,6 +133,8 @@ def emulate_function(reference: tirx.PrimFunc, scheduled: tirx.PrimFunc, target:
     seconds : float, optional
         Time limit of each launch's emulation (:class:`~tvm_ext.checks.emulator.EmulationTimeout`
         past it); None for none.
+    pipeline : str
+        The TIR pipeline the build lowers ``scheduled`` with (a preset's ``tir_pipeline``).
 
     Raises
     ------
@@ -150,7 +153,7 @@ def emulate_function(reference: tirx.PrimFunc, scheduled: tirx.PrimFunc, target:
     intermediates = {b.name for b in workspaces}
     storages.update({b.name: _storage(b, None) for b in workspaces})
     verdict = EmulationVerdict(planned=function_work(reference))
-    launches = lower_device(scheduled, name, target)
+    launches = lower_device(scheduled, name, target, pipeline)
     for k, launch in enumerate(launches):
         # a launch passing an intermediate to a later one runs whole: sampled, it would leave the
         # later launch reading what no emulated block wrote

@@ -73,8 +73,10 @@ def _param_name(name: str, params: set[str]) -> str:
     return name
 
 
-def lower_device(func: tirx.PrimFunc, name: str, target: tvm.target.Target) -> list[DeviceLaunch]:
-    """The device launches of ``func`` (scheduled, static shapes) in the order its host code runs them.
+def lower_device(func: tirx.PrimFunc, name: str, target: tvm.target.Target,
+                 pipeline: str = PIPELINE_NAME) -> list[DeviceLaunch]:
+    """The device launches of ``func`` (scheduled, static shapes) in the order its host code runs
+    them, lowered by the TIR ``pipeline`` the build uses.
 
     A pointer argument is named by the parameter, or the global intermediate the host function
     allocates between launches (:func:`~tvm_ext.tir.global_workspaces`), whose data it is.
@@ -84,7 +86,7 @@ def lower_device(func: tirx.PrimFunc, name: str, target: tvm.target.Target) -> l
     Unemulated
         A launch passes something other than a parameter's or a global intermediate's data or a constant.
     """
-    lowered = lowered_module(tvm.IRModule({name: func.with_attr("global_symbol", name)}), target)
+    lowered = lowered_module(tvm.IRModule({name: func.with_attr("global_symbol", name)}), target, pipeline)
     kernels = {gv.name_hint: f for gv, f in lowered.functions_items() if is_device_kernel(f)}
     params = {p.name for p in func.params} | {b.name for b in global_workspaces(func)}
     launches: list[DeviceLaunch] = []

@@ -3,7 +3,8 @@
 The model is built as ``compile`` builds it (graph and schedule stages, with re-selection), then
 each scheduled PrimFunc is linted (reductions over thread-bound loops lowered to allreduces:
 :mod:`tvm_ext.checks.lints`; no output element stored by two threads: :mod:`tvm_ext.checks.write_once`), lowered, and its device kernels are emulated with CUDA's semantics
-(:mod:`tvm_ext.checks.kernel`) against its unscheduled function; ptxas's report of the compiled
+(:mod:`tvm_ext.checks.kernel`, lowered by the preset's TIR pipeline as the build lowers it)
+against its unscheduled function; ptxas's report of the compiled
 kernels adds spills and, for kernels with a grid barrier, the co-resident limit; a PrimFunc that was already
 scheduled in the input module (hand-written TIR) is compared with its threads serialized
 instead. Every CUTLASS call goes through the host-side contract check. One line per kernel:
@@ -103,7 +104,7 @@ def _was_scheduled(func: tirx.PrimFunc) -> bool:
 
 def check_kernel(name: str, reference: tirx.PrimFunc, scheduled: tirx.PrimFunc, target: tvm.target.Target,
                  inputs: int | None, generator: str, usage: dict[str, KernelUsage] | None = None,
-                 seconds: float | None = EMULATION_SECONDS) -> KernelLine:
+                 seconds: float | None = EMULATION_SECONDS, pipeline: str = PIPELINE_NAME) -> KernelLine:
     """Lint, emulate and (with ``usage``, ptxas's report of the built kernels) resource-check one
     scheduled PrimFunc against ``reference``, and say what was found (``seconds``: the
     emulation's time limit per launch)."""
@@ -118,8 +119,9 @@ def check_kernel(name: str, reference: tirx.PrimFunc, scheduled: tirx.PrimFunc, 
         findings.append(Finding("race", f"elements of {', '.join(twice)} stored by two threads of one block "
                                         "(the last store wins)"))
     try:
-        launches = lower_device(scheduled, name, target)
-        verdict = emulate_function(reference, scheduled, target, name=name, inputs=inputs, seconds=seconds)
+        launches = lower_device(scheduled, name, target, pipeline)
+        verdict = emulate_function(reference, scheduled, target, name=name, inputs=inputs, seconds=seconds,
+                                   pipeline=pipeline)
     except (Unemulated, EmulationTimeout) as err:
         return _line(name, generator, checks, findings, unchecked=str(err))
     except TVM_ERRORS as err:
@@ -151,12 +153,13 @@ def _line(name: str, generator: str, checks: list[str], findings: list[Finding],
     return KernelLine(name, generator, text, "warnings" if findings else "ok", details)
 
 
-def _usage(mod: tvm.IRModule, names: list[str], target: tvm.target.Target) -> tuple[dict | None, str]:
+def _usage(mod: tvm.IRModule, names: list[str], target: tvm.target.Target,
+           pipeline: str = PIPELINE_NAME) -> tuple[dict | None, str]:
     """ptxas's report of every kernel of ``names`` (one nvcc run), or None and why not."""
     funcs = {n: mod[n].with_attr("global_symbol", n) for n in names}
     try:
         with target:
-            lib = tvm.tirx.build(tvm.IRModule(funcs), target=target, pipeline=PIPELINE_NAME)
+            lib = tvm.tirx.build(tvm.IRModule(funcs), target=target, pipeline=pipeline)
         return resource_usage(lib.imports[0].inspect_source(), target), ""
     except KernelCompileError as err:
         return None, str(err)
@@ -185,7 +188,7 @@ def verify(model: tvm.IRModule | str | Path, target: str | tvm.target.Target | N
     report = VerifyReport(staged.preset.name, str(tgt.attrs.get("model", tgt.kind.name)))
     names = list(primfunc_calls(staged.scheduled))
     say("ptxas", 0, len(names) + 2)
-    usage, why = _usage(staged.scheduled, names, tgt) if names else ({}, "")
+    usage, why = _usage(staged.scheduled, names, tgt, staged.preset.tir_pipeline) if names else ({}, "")
     if usage is None:
         report.notes.append(f"ptxas report unavailable, spills and co-residency unchecked: {why}")
     for done, name in enumerate(names):
@@ -198,7 +201,8 @@ def verify(model: tvm.IRModule | str | Path, target: str | tvm.target.Target | N
             inputs = call_inputs(staged.scheduled, name)
         else:
             reference, inputs = staged.graph[name], call_inputs(staged.graph, name)
-        report.lines.append(check_kernel(name, reference, func, tgt, inputs, generator, usage))
+        report.lines.append(check_kernel(name, reference, func, tgt, inputs, generator, usage,
+                                         pipeline=staged.preset.tir_pipeline))
     say("CUTLASS contracts", len(names) + 1, len(names) + 2)
     for _, result in library_calls(mod, tgt, staged.preset):
         report.lines.append(KernelLine(result.symbol, "cutlass", "host contract",
