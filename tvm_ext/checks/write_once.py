@@ -33,13 +33,13 @@ import tvm.sym
 from tvm import tirx
 from tvm.s_tir import SBlockRealize
 
+from ..tir.predicates import IF_THEN_ELSE, conjoin, is_true
 from ..tir.substitute import substitute_vars
 from .tir_expr import binary_op, dtype_of
 
 #: Instances of one store's loop nest evaluated at most (int64 arrays of this many entries).
 MAX_INSTANCES = 1 << 22
 
-_IF_THEN_ELSE = tvm.ir.Op.get("prim.if_then_else")
 _BIJECTIVE = tvm.sym.iter_affine_map.IterMapLevel.Bijective
 
 
@@ -63,7 +63,7 @@ def _value(expr, env: dict):
         return np.asarray(value).astype(dtype_of(expr)) if dtype_of(expr).kind in "iub" else _fail(kind)
     if kind == "Select":
         return np.where(_value(expr.condition, env), _value(expr.true_value, env), _value(expr.false_value, env))
-    if isinstance(expr, tvm.ir.Call) and expr.op.same_as(_IF_THEN_ELSE):
+    if isinstance(expr, tvm.ir.Call) and expr.op.same_as(IF_THEN_ELSE):
         cond, true_value, false_value = (_value(a, env) for a in expr.args)
         return np.where(cond, true_value, false_value)
     op = binary_op(kind, dtype_of(expr.a)) if hasattr(expr, "b") else None
@@ -107,8 +107,7 @@ class _Collector:
         elif isinstance(stmt, SBlockRealize):
             block = stmt.block
             reduces = any(int(iv.iter_type) != 0 for iv in block.iter_vars)     # 0: data parallel
-            pred = () if isinstance(stmt.predicate, tirx.IntImm) and int(stmt.predicate.value) == 1 \
-                else (stmt.predicate,)
+            pred = () if is_true(stmt.predicate) else (stmt.predicate,)
             self.visit(block.body, loops, conditions + pred,
                        bindings + tuple((iv.var, v) for iv, v in zip(block.iter_vars, stmt.iter_values)),
                        spatial and not reduces, block, threads)
@@ -131,10 +130,7 @@ def _bijective(store: _Store) -> bool:
     iters = {var: tvm.ir.Range.from_min_extent(lo, ext) for var, lo, ext in store.loops}
     bound = dict(store.bindings)
     resolved = [substitute_vars(i, bound) for i in store.indices]
-    predicate = tirx.const(True, "bool")
-    for cond in store.conditions:
-        cond = substitute_vars(cond, bound)
-        predicate = cond if isinstance(predicate, tirx.IntImm) else tirx.And(predicate, cond)
+    predicate = conjoin(substitute_vars(cond, bound) for cond in store.conditions)
     result = tvm.sym.detect_iter_map(resolved, iters, predicate, _BIJECTIVE)
     return len(result.indices) > 0
 

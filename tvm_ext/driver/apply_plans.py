@@ -33,6 +33,7 @@ from ..checks.lints import unlowered_thread_reductions
 from ..checks.lowering import lowering_problem
 from ..checks.thread_serial import call_inputs
 from ..checks.tir_expr import Unemulated
+from ..checks.work import PERFORMANCE_KINDS
 from ..checks.write_once import duplicate_writes
 from ..dlight.rules import is_scheduled
 from ..hardware import DeviceSpec
@@ -183,9 +184,10 @@ class ApplyPlans:
         except (Unemulated, EmulationTimeout) as err:
             logger.info("kernel '%s' kept unchecked: %s", name, err)
             return None
-        if verdict.findings:
-            return f"the emulated kernel has findings ({verdict.findings[0].message})"
-        return None
+        if verdict.ok:      # cost findings (recomputation) are the cost model's, not a reason to refuse
+            return None
+        wrong = next(f for f in verdict.findings if f.kind not in PERFORMANCE_KINDS)
+        return f"the emulated kernel has findings ({wrong.message})"
 
     def transform_module(self, mod: tvm.IRModule, ctx) -> tvm.IRModule:
         target = self.target or tvm.target.Target.current(allow_none=True)

@@ -36,11 +36,11 @@ from tvm import tirx
 from tvm.s_tir import SBlockRealize
 
 from ..ir_update import with_functions
+from .predicates import IF_THEN_ELSE, conjoin, is_false, is_true
 from .substitute import substitute_vars
 
 log = logging.getLogger(__name__)
 
-_IF_THEN_ELSE = tvm.ir.Op.get("prim.if_then_else")
 _SURJECTIVE = tvm.sym.iter_affine_map.IterMapLevel.Surjective
 
 
@@ -48,14 +48,6 @@ def _has_division(expr) -> bool:
     found = []
     tvm_ffi.structural_walk(expr, [(tirx.FloorDiv, found.append), (tirx.FloorMod, found.append)])
     return bool(found)
-
-
-def _is_false(expr) -> bool:
-    return isinstance(expr, tirx.IntImm) and int(expr.value) == 0
-
-
-def _is_true(expr) -> bool:
-    return isinstance(expr, tirx.IntImm) and int(expr.value) == 1
 
 
 def _row_major(indices, shape):
@@ -91,10 +83,10 @@ def _misaligned(expr) -> bool:
 def _needs_padding(flat, iters: dict, predicate) -> bool:
     """Whether ``IterMapSimplify(flat)`` would use a padded iterator (``FlattenBuffer``'s order:
     with the predicate, then without it)."""
-    for pred in ([predicate] if _is_true(predicate) else [predicate, tirx.const(True, "bool")]):
+    for pred in ([predicate] if is_true(predicate) else [predicate, tirx.const(True, "bool")]):
         result = tvm.sym.detect_iter_map([flat], iters, pred, _SURJECTIVE)
         if len(result.indices):
-            return not _is_false(result.padding_predicate)
+            return not is_false(result.padding_predicate)
     return False
 
 
@@ -116,9 +108,7 @@ class _Guard:
         resolved = [self._resolve(i) for i in indices]
         if not any(_has_division(i) for i in resolved):
             return False
-        predicate = tirx.const(True, "bool")
-        for cond in self.conditions:
-            predicate = cond if _is_true(predicate) else tirx.And(predicate, cond)
+        predicate = conjoin(self.conditions)
         analyzer = tvm.sym.Analyzer()
         for var, dom in self.iters.items():
             analyzer.bind(var, dom)
@@ -162,7 +152,7 @@ class _Guard:
 
     def on_realize(self, realize, mutator):
         bound = {iv.var: self._resolve(v) for iv, v in zip(realize.block.iter_vars, realize.iter_values)}
-        conditions = [] if _is_true(realize.predicate) else [self._resolve(realize.predicate)]
+        conditions = [] if is_true(realize.predicate) else [self._resolve(realize.predicate)]
         return self._scoped(mutator, realize, bound=bound, conditions=conditions)
 
     def on_if(self, stmt, mutator):
@@ -172,7 +162,7 @@ class _Guard:
         return tirx.IfThenElse(mutator.mutate(stmt.condition), then, other)
 
     def on_call(self, call, mutator):
-        if not (isinstance(call.op, tvm.ir.Op) and call.op.same_as(_IF_THEN_ELSE)):
+        if not (isinstance(call.op, tvm.ir.Op) and call.op.same_as(IF_THEN_ELSE)):
             return mutator.default_mutate(call)
         cond = self._resolve(call.args[0])
         return tirx.if_then_else(mutator.mutate(call.args[0]), self._branch(mutator, call.args[1], cond),

@@ -31,6 +31,7 @@ from tvm import tirx
 from tvm.s_tir import SBlockRealize
 
 from ..ir_update import with_functions
+from .predicates import is_true
 from .substitute import vars_of
 from .workspace import buffer_scope
 
@@ -111,7 +112,7 @@ class _Inserter:
             return tirx.For(stmt.loop_var, stmt.min, stmt.extent, stmt.kind, body, stmt.thread_binding,
                             stmt.annotations), owed
         if isinstance(stmt, SBlockRealize):
-            predicated = not (isinstance(stmt.predicate, tirx.IntImm) and int(stmt.predicate.value) == 1)
+            predicated = not is_true(stmt.predicate)
             block = stmt.block
             body, owed = self.visit(block.body, uniform and not predicated)
             owed = owed or _broadcasts(stmt, self.tags_of, self.threads)

@@ -25,18 +25,9 @@ import tvm_ffi
 from tvm import tirx
 from tvm.s_tir import SBlockRealize
 
+from .predicates import conjoin, conjuncts, is_true
 from .substitute import vars_of
 from .workspace import buffer_scope
-
-
-def _conjuncts(expr) -> list:
-    if isinstance(expr, tirx.And):
-        return _conjuncts(expr.a) + _conjuncts(expr.b)
-    return [expr]
-
-
-def _is_true(expr) -> bool:
-    return isinstance(expr, tirx.IntImm) and int(expr.value) == 1
 
 
 def _local_writes(stmt) -> dict:
@@ -45,8 +36,8 @@ def _local_writes(stmt) -> dict:
 
     def on_realize(realize) -> None:
         for region in realize.block.writes:
-            if buffer_scope(region.source) == "local" and not _is_true(realize.predicate):
-                out.setdefault(region.source, []).extend(_conjuncts(realize.predicate))
+            if buffer_scope(region.source) == "local" and not is_true(realize.predicate):
+                out.setdefault(region.source, []).extend(conjuncts(realize.predicate))
 
     tvm_ffi.structural_walk(stmt, (SBlockRealize, on_realize))
     return out
@@ -97,14 +88,12 @@ class _Fixer:
         if not reads_local or all(buffer_scope(w.source) == "local" for w in block.writes):
             return stmt
         scope = set(self.loops)
-        have = {str(c) for c in _conjuncts(stmt.predicate)}
+        have = {str(c) for c in conjuncts(stmt.predicate)}
         extra = [c for buf in reads_local for c in produced[buf]
                  if vars_of([c]) <= scope and str(c) not in have]
         if not extra:
             return stmt
-        predicate = stmt.predicate
-        for cond in dict.fromkeys(extra, None):
-            predicate = cond if _is_true(predicate) else tirx.And(predicate, cond)
+        predicate = conjoin(dict.fromkeys(extra), start=stmt.predicate)
         self.fixed += 1
         return SBlockRealize(stmt.iter_values, predicate, block)
 
