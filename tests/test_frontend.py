@@ -19,6 +19,7 @@ from tvm_ext.frontend import (
     ConvertToFloat16, canonicalize_passes, from_onnx, from_torch, input_info, random_inputs,
     unsupported_ops,
 )
+from tvm_ext.frontend.canonicalize import structural_cleanups
 from tvm_ext.models import BUNDLED, bert_layer, conv_block
 from tvm_ext.testing.onnx_graphs import onnx_model, tensor_info
 
@@ -95,7 +96,7 @@ def test_canonicalization_folds_batch_norm_into_conv():
     ops = _ops(from_onnx(model))
     assert "relax.nn.batch_norm" not in ops and "relax.permute_dims" not in ops
     assert ops[:3] == ["relax.nn.conv2d", "relax.add", "relax.nn.relu"]
-    names = [p.info.name for p in canonicalize_passes().passes]
+    names = [p.info.name for p in canonicalize_passes().passes + structural_cleanups().passes]
     assert {"FoldBatchnormToConv2D", "DecomposeOps", "FoldConstant", "DeadCodeElimination"} <= set(names)
 
 

@@ -7,6 +7,7 @@ from .clip import lift_min_max
 from .fold_views import FoldConstantViews
 from .fp16 import ConvertToFloat16
 from .gelu import FuseGelu
+from .lifted_constants import WithConstantsAsParams
 from .pad import FoldPadIntoConv, lift_pad
 from .te_calls import LiftTECalls
 
@@ -40,11 +41,16 @@ def canonicalize_passes() -> tvm.transform.Sequential:
        Dropout) and tuple round trips.
     10. ``EliminateCommonSubexpr`` - share identical computations.
     11. ``DeadCodeElimination(["main"])`` - drop unused bindings and functions.
+
+    Steps 6-11 never read a weight's values; they run with the weights as parameters
+    (:class:`~tvm_ext.frontend.lifted_constants.WithConstantsAsParams`: TVM hashes whole
+    functions, weights included, at each rewrite).
     """
     from tvm.relax.transform import (  # local names keep the list readable
-        CanonicalizeBindings, ConvertToDataflow, DeadCodeElimination,
-        DecomposeOpsForInference, EliminateCommonSubexpr, FoldBatchnormToConv2D,
-        FoldConstant, RemoveRedundantReshape,
+        ConvertToDataflow,
+        DecomposeOpsForInference,
+        FoldBatchnormToConv2D,
+        FoldConstant,
     )
 
     return tvm.transform.Sequential(
@@ -55,14 +61,25 @@ def canonicalize_passes() -> tvm.transform.Sequential:
             DecomposeOpsForInference(),
             FoldConstantViews(),
             FoldConstant(),
-            FuseGelu(),
-            FoldPadIntoConv,
-            RemoveRedundantReshape(),
-            CanonicalizeBindings(),
-            EliminateCommonSubexpr(),
-            DeadCodeElimination(["main"]),
+            WithConstantsAsParams(structural_cleanups()),
         ],
         name="tvm_ext.Canonicalize",
+    )
+
+
+def structural_cleanups() -> tvm.transform.Sequential:
+    """Steps 6-11 of :func:`canonicalize_passes`: rewrites that never read a weight's values."""
+    from tvm.relax.transform import (
+        CanonicalizeBindings,
+        DeadCodeElimination,
+        EliminateCommonSubexpr,
+        RemoveRedundantReshape,
+    )
+
+    return tvm.transform.Sequential(
+        [FuseGelu(), FoldPadIntoConv, RemoveRedundantReshape(), CanonicalizeBindings(),
+         EliminateCommonSubexpr(), DeadCodeElimination(["main"])],
+        name="tvm_ext.StructuralCleanups",
     )
 
 

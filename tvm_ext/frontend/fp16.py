@@ -123,7 +123,9 @@ class _Float16Rewriter(relax.PyExprMutator):
     # -- leaves -----------------------------------------------------------------------
     def visit_generic_const_(self, op):  # noqa: D401 - visitor hook
         if _is_tensor_of(op.ty, FP32):
-            return relax.const(_to_fp16_array(op.value.numpy()), FP16)
+            # a view of the host tensor, and no dtype for const (it would copy the fp16 array
+            # again): Llama's 4 GB of weights were copied three times here
+            return relax.const(_to_fp16_array(np.from_dlpack(op.value)))
         return op
 
     # -- calls ------------------------------------------------------------------------
