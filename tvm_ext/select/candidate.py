@@ -201,8 +201,7 @@ class Candidate:
 
         ``global_bytes`` defaults to the boundary tensors read and written once each.
         """
-        order = {n: k for k, n in enumerate(graph.topological_order())}
-        members = tuple(sorted(set(nodes), key=order.__getitem__))
+        members = tuple(graph.in_topological_order(nodes))
         recomputed = tuple(n for n in members if n in set(recomputes))
         inputs, outputs = boundary(graph, members, recomputed)
         moved = boundary_bytes(graph, members, recomputed)

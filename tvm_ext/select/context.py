@@ -78,6 +78,7 @@ class SelectionContext:
         #: Lines generators want in the selection report (enumeration counts, caps hit).
         self.notes: list[str] = []
         self._func_hash: dict[str, int] = {}
+        self._signatures: dict[tuple, tuple] = {}
         self._memo: dict[Hashable, Any] = {}
         self._shared = self._memo if shared is None else shared
         self.budget = budget or UNLIMITED
@@ -174,6 +175,12 @@ class SelectionContext:
         """
         members = self.ordered(nodes)
         recomputed = set(recomputes)
+        asked = (members, frozenset(recomputed))
+        if asked not in self._signatures:       # asked again and again while planning
+            self._signatures[asked] = self._signature(members, recomputed)
+        return self._signatures[asked]
+
+    def _signature(self, members: tuple[int, ...], recomputed: set[int]) -> tuple:
         position = {n: k for k, n in enumerate(members)}
         parts = []
         for n in members:

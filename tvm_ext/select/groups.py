@@ -19,7 +19,7 @@ import heapq
 import tvm
 import tvm_ffi
 
-from ..graph import OpClass, OpGraph, TensorKind, has_contraction, sblocks
+from ..graph import OpClass, OpGraph, TensorKind, sblocks
 
 #: TVM op patterns an epilogue may have (``kElemWise``, ``kBroadcast``).
 _EPILOGUE_PATTERNS = (0, 1)
@@ -34,7 +34,7 @@ def is_compute(graph: OpGraph, index: int) -> bool:
     """A compute node: class COMPUTE, or a PrimFunc with a contraction block (a convolution over
     a padded intermediate, which the class test does not see)."""
     node = graph.nodes[index]
-    return node.op_class == OpClass.COMPUTE or (node.func is not None and has_contraction(node.func))
+    return node.op_class == OpClass.COMPUTE or node.contracts
 
 
 def _epilogue_eligible(graph: OpGraph, index: int, members: set[int], layout: bool) -> bool:

@@ -39,7 +39,7 @@ import tvm_ffi
 
 from ..analysis import num_tiles
 from ..errors import AnalysisError
-from ..graph import has_contraction, is_reduction, sblocks
+from ..graph import is_reduction, sblocks
 from ..select.context import SelectionContext
 from ..select.emit import EmitError
 from .enumerate import MMA_FRAGMENT as FRAGMENT, TileCandidate, enumerate_tiles
@@ -73,8 +73,7 @@ def injective(ctx: SelectionContext, node: int) -> bool:
 
 def _has_gemm(ctx: SelectionContext, node: int) -> bool:
     """Whether ``node`` has a contraction block (a GEMM or convolution)."""
-    func = ctx.graph.nodes[node].func
-    return func is not None and has_contraction(func)
+    return ctx.graph.nodes[node].contracts
 
 
 def edge_level(ctx: SelectionContext, producer: int, consumer: int) -> ConnectLevel:
