@@ -79,6 +79,9 @@ def model_rows(path: Path, presets: list[Preset], target: str, fp16: bool) -> li
                    traffic_bytes=rep.traffic_bytes, modelled_time_s=rep.modelled_time_s,
                    roofline_bound_s=rep.roofline_bound_s, compile_s=round(time.perf_counter() - start, 2),
                    selection_s=sel.get("seconds"), selection_notes=sel.get("notes"),
+                   # what the selection priced its cover at: far from modelled_time_s (the kernels
+                   # as built) when a built kernel is not what the selection priced
+                   selection_objective_s=sel.get("objective_s"),
                    chosen=sel.get("chosen"),
                    cost_sources=sorted({k.cost_source for k in rep.launches if k.cost_source}))
         rows.append(row)
