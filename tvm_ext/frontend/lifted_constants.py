@@ -32,19 +32,11 @@ from ..ir_update import with_functions
 MIN_LIFTED_BYTES = 4096
 
 
-def _static_type(ty: tvm.ir.Type) -> tuple[str, tuple[int, ...]] | None:
-    """``(dtype, shape)`` of a tensor type with a static shape, else None."""
-    if not isinstance(ty, relax.TensorType) or not isinstance(ty.shape, relax.ShapeExpr):
-        return None
-    return str(ty.dtype), tuple(int(d) for d in ty.shape.values)
-
-
 def _nbytes(ty: tvm.ir.Type) -> int:
-    static = _static_type(ty)
-    if static is None:
+    """Bytes of a tensor type with a static shape (0 for any other type)."""
+    if not isinstance(ty, relax.TensorType) or not isinstance(ty.shape, relax.ShapeExpr):
         return 0
-    dtype, shape = static
-    return math.prod(shape) * tvm.runtime.DataType(dtype).bits // 8
+    return math.prod(int(d) for d in ty.shape.values) * tvm.runtime.DataType(str(ty.dtype)).bits // 8
 
 
 def _identity(value: tvm.runtime.Tensor) -> tuple[int, ...] | int:
