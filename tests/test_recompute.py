@@ -26,12 +26,13 @@ from tvm_ext.testing.oracle import run_cpu
 
 H100 = tvm.target.Target("tvm_ext/h100")
 CPU = tvm.target.Target({"kind": "llvm"})
-#: ``full`` without its convex-set and tile-graph candidates, which find other covers of this small
-#: graph (the cast fused into one GEMM kernel that writes it for the other; the mask add connected
-#: into each GEMM's tile kernel, the cast alone): recomputation alone.
+#: ``full`` without its convex-set, tile-graph and merged-kernel candidates, which find other covers
+#: of this small graph (the cast fused into one GEMM kernel that writes it for the other; the mask
+#: add connected into each GEMM's tile kernel, the cast alone; the whole graph as one grid-synced
+#: kernel running both GEMMs side by side): recomputation alone.
 FULL = dataclasses.replace(get_preset("full"), name="test_full_fixed_groups",
                            generators=tuple(g for g in get_preset("full").generators
-                                            if not g.startswith("orchestrate") and g != "tilegraph"))
+                                            if not g.startswith("orchestrate") and g not in ("tilegraph", "subprogram")))
 
 
 def _masked(with_mask_output: bool) -> tvm.IRModule:

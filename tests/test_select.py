@@ -127,8 +127,9 @@ class Unbuildable:
 
 
 class Refusing:
-    """Proposes add + relu + softmax as one kernel priced below anything else, then refuses to
-    schedule it: the driver must re-select without it, not fall back inside the chosen cover."""
+    """Proposes the whole function as one kernel priced below anything else (one thread, one byte),
+    then refuses to schedule it: the driver must re-select without it, not fall back inside the
+    chosen cover."""
 
     name = "test_refusing"
     kernel_kind = "tir"
@@ -141,7 +142,7 @@ class Refusing:
         return Unbuildable()
 
     def candidates(self, ctx: SelectionContext):
-        nodes = tuple(n for n in ctx.call_nodes() if "matmul" not in ctx.graph.nodes[n].func_name)
+        nodes = tuple(ctx.call_nodes())
         plan = Unbuildable()
         return [Candidate.of(ctx.graph, nodes, plan, launch=LaunchShape(grid=1, threads=1), global_bytes=1,
                              key=ctx.kernel_key(nodes, plan))]

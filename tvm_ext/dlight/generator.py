@@ -9,8 +9,10 @@ It proposes
 
 each planned by scheduling its fused PrimFunc with TVM's dlight rules in their default order
 (:func:`~tvm_ext.dlight.rules.apply_rules`): the plan is the rule that applied, the launch shape
-and code path are read from the scheduled function. The schedule stage applies that rule again
-to the kernel's PrimFunc.
+and code path are read from the scheduled function, and a schedule that executes more than its
+function plans (:func:`~tvm_ext.select.describe.executed_ratios`: ``Fallback`` on a layer norm
+fused into a GEMM recomputes the norm for every output) is priced from what it executes, as the
+report prices the built kernel. The schedule stage applies that rule again to the kernel's PrimFunc.
 
 Example
 -------
@@ -20,6 +22,7 @@ Example
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -28,8 +31,9 @@ import tvm
 from tvm import relax, tirx
 
 from ..hardware import DeviceSpec
-from ..select.candidate import Candidate, CodePath
+from ..select.candidate import Candidate, CodePath, boundary_bytes
 from ..select.context import SelectionContext
+from ..select.describe import executed_ratios
 from ..select.emit import EmitError
 from ..select.generator import ScheduledKernel, get_generator, register_generator
 from ..select.origin import trace_partition
@@ -68,6 +72,10 @@ class DlightPlan:
         """One line for reports."""
         return f"dlight {self.rule}" + {"compute": " (compute + epilogue)", "fuseops": " (FuseOps group)",
                                          "orchestrate": " (convex set)"}.get(self.group, "")
+
+
+#: How a candidate's provenance says it is priced from its schedule's executed work.
+_PRICED_AS_BUILT = "; priced as built"
 
 
 class DlightGenerator:
@@ -109,22 +117,31 @@ class DlightGenerator:
         members = ctx.ordered(nodes)
         key = ("dlight", ctx.signature(members, recomputes))
 
-        def plan() -> tuple[str, Any, CodePath]:
-            outcome = apply_rules(ctx.fused_function(members, recomputes), ctx.target)
+        def plan() -> tuple[str, Any, CodePath, tuple[float, float]]:
+            func = ctx.fused_function(members, recomputes)
+            outcome = apply_rules(func, ctx.target)
             path = CodePath.WMMA if uses_tensor_cores(outcome.func) else CodePath.SIMT
-            return outcome.rule, launch_shape(outcome.func), path
+            # what the schedule executes against what the function plans, as the report prices
+            # the built kernel: a rule that inlines a layer norm into a GEMM recomputes it per output
+            return outcome.rule, launch_shape(outcome.func), path, executed_ratios(func, outcome.func)
 
-        rule, launch, path = ctx.shared_memo(key, plan)   # structural: shared by the build's runs
+        rule, launch, path, (flops_ratio, loads_ratio) = ctx.shared_memo(key, plan)   # shared by the build's runs
         plan_ = DlightPlan(rule, group)
-        return Candidate.of(ctx.graph, members, plan_, launch=launch, code_path=path, provenance=provenance,
+        if max(flops_ratio, loads_ratio) > 1.0:
+            provenance += (f"{_PRICED_AS_BUILT}: {flops_ratio:.2f}x the function's arithmetic, "
+                           f"{loads_ratio:.2f}x its global loads")
+        cand = Candidate.of(ctx.graph, members, plan_, launch=launch, code_path=path, provenance=provenance,
+                            global_bytes=int(boundary_bytes(ctx.graph, members, recomputes) * loads_ratio),
                             key=ctx.kernel_key(members, plan_, recomputes), recomputes=recomputes)
+        return dataclasses.replace(cand, flops=int(cand.flops * flops_ratio)) if flops_ratio > 1.0 else cand
 
     def extend(self, ctx: SelectionContext, cand: Candidate, recompute: tuple[int, ...]) -> Candidate | None:
         """``cand``'s kernel also recomputing the nodes ``recompute`` (see :mod:`tvm_ext.select.recompute`)."""
         names = ", ".join(ctx.graph.nodes[n].func_name for n in recompute)
+        origin = cand.provenance.split(_PRICED_AS_BUILT)[0]     # the grown kernel is priced anew
         try:
             return self.candidate(ctx, cand.nodes + recompute, cand.plan.group,
-                                  f"{cand.provenance}; recomputes {names}", tuple(sorted({*cand.recomputes, *recompute})))
+                                  f"{origin}; recomputes {names}", tuple(sorted({*cand.recomputes, *recompute})))
         except EmitError as err:
             ctx.drop(self.name, cand.nodes + recompute, str(err))
             return None
