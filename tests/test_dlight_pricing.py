@@ -43,6 +43,8 @@ def test_candidate_is_priced_as_its_built_kernel():
     # the rule recomputes the norm per output: the report prices that, and so must the selection
     assert kernel.executed_flops_ratio > 2.0
     assert cand.flops == pytest.approx(kernel.flops, rel=0.01)
+    # its re-reads are loads of tensors it touches once each (they hit L2, as the report says)
+    assert cand.global_bytes > kernel.unique_bytes and cand.unique_bytes == kernel.unique_bytes
     assert "priced as built" in cand.provenance
     model = AnalyticCostModel()
     assert model.cost(cand, device).seconds == pytest.approx(model.cost(kernel, device).seconds, rel=0.05)

@@ -130,8 +130,10 @@ class DlightGenerator:
         if max(flops_ratio, loads_ratio) > 1.0:
             provenance += (f"{_PRICED_AS_BUILT}: {flops_ratio:.2f}x the function's arithmetic, "
                            f"{loads_ratio:.2f}x its global loads")
+        # the re-reads are global loads, of tensors it touches once each: they hit L2 where those fit
+        distinct = boundary_bytes(ctx.graph, members, recomputes)
         cand = Candidate.of(ctx.graph, members, plan_, launch=launch, code_path=path, provenance=provenance,
-                            global_bytes=int(boundary_bytes(ctx.graph, members, recomputes) * loads_ratio),
+                            global_bytes=int(distinct * loads_ratio), unique_bytes=distinct,
                             key=ctx.kernel_key(members, plan_, recomputes), recomputes=recomputes)
         return dataclasses.replace(cand, flops=int(cand.flops * flops_ratio)) if flops_ratio > 1.0 else cand
 
