@@ -48,6 +48,7 @@ from .origin import origin_functions, without_origin
 from .progress import ProgressEvent, emit
 from .recompute import recomputing_candidates
 from .selector import Selector
+from .views import as_view
 
 logger = logging.getLogger(__name__)
 
@@ -140,8 +141,8 @@ class SelectKernels:
                 for cand in propose(sel_ctx):
                     if cand.key and cand.key in self.excluded:
                         sel_ctx.drop(cand.generator, cand.nodes, self.excluded[cand.key])
-                    else:
-                        candidates.append(cand)
+                    else:   # priced as built: a kernel the build makes a view costs nothing
+                        candidates.append(as_view(sel_ctx, cand))
                 sel_ctx.proposed = list(candidates)
                 planning[gen_name] = round(time.perf_counter() - begun, 3)
                 work[gen_name], share = sel_ctx.finish(gen_name)
