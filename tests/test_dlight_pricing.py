@@ -59,39 +59,3 @@ def test_a_grown_candidate_says_once_how_it_is_priced():
     grown = gen.extend(ctx, base, ())       # the same kernel, re-planned as an extension is
     assert base.provenance.count("priced as built") == 1
     assert grown.provenance.count("priced as built") == 1 and grown.flops == base.flops
-
-
-@tvm.script.ir_module
-class ReshapeBetween:
-    """A reshape between two kernels (a view in the build) and one that is the function's output
-    (a kernel: TVM rewrites only reshapes into dataflow variables)."""
-
-    @R.function
-    def main(x: R.Tensor((64, 256), "float16"), w: R.Tensor((256, 256), "float16")):
-        with R.dataflow():
-            y = R.matmul(x, w)
-            r = R.reshape(y, (64, 16, 16))
-            s = R.nn.softmax(r, axis=-1)
-            o = R.reshape(s, (64, 256))
-            R.output(o)
-        return o
-
-
-def test_a_reshape_the_build_makes_a_view_is_priced_as_none():
-    """Whichever generator proposed it (the selection spine prices every candidate so)."""
-    from tvm_ext.inspect import inspect
-    from tvm_ext.select.views import as_view, is_view
-
-    legal = relax.transform.AnnotateTIROpPattern()(relax.transform.LegalizeOps()(ReshapeBetween))
-    ctx = SelectionContext(legal, "main", OpGraph.from_module(legal), load_device("h100"), H100)
-    node = {ctx.graph.nodes[n].func_name: n for n in ctx.call_nodes()}
-    gen, model = get_generator("dlight"), AnalyticCostModel()
-    inner = as_view(ctx, gen.candidate(ctx, (node["reshape"],), "single", "test"))
-    last = as_view(ctx, gen.candidate(ctx, (node["reshape1"],), "single", "test"))
-    assert is_view(ctx, (node["reshape"],)) and inner.launch.kernels == 0
-    assert model.cost(inner, ctx.device).seconds == 0.0
-    assert not is_view(ctx, (node["reshape1"],)) and last.launch.kernels == 1
-    assert not is_view(ctx, (node["matmul"],))
-    # the selection priced what was built
-    report = inspect(ReshapeBetween, H100, "full")
-    assert report.selection["main"]["objective_s"] == pytest.approx(report.modelled_time_s, rel=1e-6)
