@@ -57,25 +57,22 @@ logger = logging.getLogger(__name__)
 #: which holds the recomputation the plan means (softmax's ``exp`` in its sum and normalisation).
 #: Up to this bound the excess is *replication*: each block derives a value every block needs
 #: (AStitch's regional scheme: a squeeze-excite gate's reduced vector computed by every block that
-#: reads it), which is priced (:data:`PRICED_FROM`). Past it, a block recomputes more than the whole
+#: reads it), which is priced: a candidate is priced from what its kernel executes, as the report
+#: prices the built kernel (:func:`~tvm_ext.select.describe.executed_ratios`, past its
+#: ``EXECUTED_MARGIN``, as for every generator). Past it, a block recomputes more than the whole
 #: function needs: a chain re-derived along the serial path (the H200's stitched LSTM, built before
 #: the inlining bound of :mod:`.dominance`, recomputed its recurrence from step 0 at every step and
 #: ran 18.4 ms against 0.97 for baseline), which the cost model cannot price. Issue 34: "within
 #: 1.5x of its planned work, or the kernel is not selected".
 RECOMPUTE_PER_BLOCK = 1.0
-#: Executed / planned arithmetic or global loads from which a proposed stitched kernel is priced
-#: from what it executes: the check layer's recomputation finding (``checks.work.RECOMPUTE_LIMIT``).
-#: Below it the excess is convention every generator's kernels share (a cross-thread reduction's
-#: shuffles, a padded row), which the other generators' candidates are not charged for either.
-PRICED_FROM = 3.0
 
 
 @dataclasses.dataclass(frozen=True)
 class BuiltWork:
     """What the kernel a stitch plan builds executes, against what it plans."""
 
-    #: Executed / planned arithmetic and global loads the candidate is priced with (1.0 below
-    #: :data:`PRICED_FROM`; the ratios of :func:`~tvm_ext.select.describe.executed_ratios`).
+    #: Executed / planned arithmetic and global loads the candidate is priced with (the ratios of
+    #: :func:`~tvm_ext.select.describe.executed_ratios`, which the report prices the kernel with).
     flops_ratio: float = 1.0
     loads_ratio: float = 1.0
     #: Why the kernel is not proposed ('' when it is).
@@ -95,9 +92,7 @@ def built_work(func: tirx.PrimFunc, plan: StitchPlan) -> BuiltWork:
             what = ", ".join(f"{ratio:.0f}x the {name}" for name, ratio in over.items())
             return BuiltWork(refused=f"the built kernel executes {what} its plan does over {plan.grid} blocks: "
                                      "a block recomputes more than the whole function needs")
-    flops_ratio, loads_ratio = executed_ratios(func, scheduled, executed=executed)
-    return BuiltWork(flops_ratio if flops_ratio >= PRICED_FROM else 1.0,
-                     loads_ratio if loads_ratio >= PRICED_FROM else 1.0)
+    return BuiltWork(*executed_ratios(func, scheduled, executed=executed))
 
 
 def worth_own_schedule(func: tirx.PrimFunc) -> bool:
