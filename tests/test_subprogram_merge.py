@@ -306,8 +306,9 @@ def test_generator_proposes_priced_merged_kernels():
 
 
 def test_report_prices_a_merged_kernel_as_the_selection_did():
-    """The plan carries each stage's work: the built kernel's description is priced stage by stage
-    with it, equal to the candidate's price, and the plan survives its JSON round trip."""
+    """The plan carries each stage's planned work: the built kernel's description is priced stage by
+    stage with it, scaled by what the kernel executes (this one's softmax evaluates its exp twice),
+    equal to the candidate's price; and the plan survives its JSON round trip."""
     from tvm_ext.select.describe import describe_scheduled
     from tvm_ext.select.plan import plan_from_text, plan_to_text, with_plan
 
@@ -315,7 +316,9 @@ def test_report_prices_a_merged_kernel_as_the_selection_did():
     ctx = SelectionContext(legal, "main", OpGraph.from_module(legal), DEVICE, H100)
     (cand,) = SubprogramGenerator().candidates(ctx)
     plan = cand.plan
-    assert plan.work == cand.stages and plan_from_text(plan_to_text(plan)) == plan
+    assert plan_from_text(plan_to_text(plan)) == plan
+    assert [s.launch for s in plan.work] == [s.launch for s in cand.stages]
+    assert sum(s.flops for s in cand.stages) > sum(s.flops for s in plan.work)      # priced as built
     func = with_plan(ctx.fused_function(cand.nodes), plan)
     kernel = describe_scheduled(func, build(func, plan, H100).func)
     model = AnalyticCostModel()

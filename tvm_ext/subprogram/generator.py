@@ -32,6 +32,7 @@ from ..hardware import DeviceSpec
 from ..select.budget import BudgetMeter
 from ..select.candidate import Candidate, CodePath, LaunchShape, StageWork, boundary_bytes, dominant_dtype
 from ..select.context import SelectionContext
+from ..select.describe import executed_ratios
 from ..select.emit import EmitError
 from ..select.generator import ScheduledKernel, ScheduleRefused, register_generator
 from .kernel import Design, build, design
@@ -172,16 +173,27 @@ class SubprogramGenerator:
         except StageError as err:
             ctx.drop(self.name, members, str(err))
             return None
-        stages = tuple(_stage_work(ctx, nodes, made, k) for k, nodes in enumerate(stage_nodes))
-        plan = dataclasses.replace(made.plan, work=stages)
+        planned = tuple(_stage_work(ctx, nodes, made, k) for k, nodes in enumerate(stage_nodes))
+        plan = dataclasses.replace(made.plan, work=planned)
+        # priced from what the merged kernel executes, spread over its stages, as the report
+        # prices the built kernel (describe_scheduled): a padded GEMM stage, a softmax's doubled exp
+        flops_ratio, loads_ratio = ctx.shared_memo(
+            ("subprogram-executed", _design_key(ctx, members)),
+            lambda: executed_ratios(ctx.fused_function(members), made.merged.func))
+        stages = tuple(dataclasses.replace(s, flops=int(s.flops * flops_ratio),
+                                           global_bytes=int(s.global_bytes * loads_ratio)) for s in planned)
         tensor = any(s.code_path == CodePath.WMMA for s in stages)
         launch = LaunchShape(grid=plan.grid, threads=plan.threads.threads,
                              shared_bytes=max(s.launch.shared_bytes for s in stages), grid_syncs=plan.grid_syncs)
         total = sum(s.global_bytes for s in stages)
-        return Candidate.of(ctx.graph, members, plan, launch=launch, global_bytes=total,
+        cand = Candidate.of(ctx.graph, members, plan, launch=launch, global_bytes=total,
                             code_path=CodePath.WMMA if tensor else CodePath.SIMT,
-                            provenance=f"subprogram: {len(stages)} stages merged, {plan.grid_syncs} grid barriers",
+                            provenance=f"subprogram: {len(stages)} stages merged, {plan.grid_syncs} grid barriers"
+                                       + (f"; priced as built: {flops_ratio:.2f}x the function's arithmetic, "
+                                          f"{loads_ratio:.2f}x its global loads" if max(flops_ratio, loads_ratio) > 1.0
+                                          else ""),
                             key=ctx.kernel_key(members, plan), stages=stages)
+        return dataclasses.replace(cand, flops=int(cand.flops * flops_ratio)) if flops_ratio > 1.0 else cand
 
     def stage_functions(self, func: tirx.PrimFunc, plan: SubprogramPlan) -> list[tirx.PrimFunc]:
         """The unscheduled function of each stage of ``plan`` on ``func``, in order (the kernel check
