@@ -136,6 +136,20 @@ def markdown(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def selection_gaps(rows: list[dict]) -> str:
+    """A markdown table of every row whose selection priced its cover (the BLP presets): what it
+    priced (``selection_objective_s``) against what its built kernels are priced at
+    (``modelled_time_s``); '' when no row has both."""
+    both = [r for r in rows if "error" not in r and r.get("selection_objective_s")]
+    if not both:
+        return ""
+    lines = ["| model | preset | selected µs | built µs | built / selected |", "|---|---|---|---|---|"]
+    for r in both:
+        sel, built = r["selection_objective_s"], r["modelled_time_s"]
+        lines.append(f"| {r['model']} | {r['preset']} | {sel * 1e6:.1f} | {built * 1e6:.1f} | {built / sel:.3f} |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("models", nargs="*", help="skeleton names or ONNX paths (default: every skeleton)")
@@ -147,11 +161,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=None, help="append one JSON line per model x preset here")
     parser.add_argument("--check", action="store_true", help="exit 1 unless full is never worse (see above)")
     parser.add_argument("--table", type=Path, default=None, help="print the markdown table of a results file")
+    parser.add_argument("--gaps", action="store_true",
+                        help="with --table: also print each BLP row's selected against built modelled time")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     if args.table is not None:
         rows = [json.loads(line) for line in args.table.read_text().splitlines() if line.strip()]
         print(markdown(rows))
+        if args.gaps:
+            print("\n" + selection_gaps(rows))
         return 0 if not args.check or all(v["ok"] for v in verdicts(rows).values()) else 1
     try:
         paths = resolve_models(args.models)
