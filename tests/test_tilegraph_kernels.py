@@ -294,21 +294,24 @@ def test_plan_round_trips_through_json():
 
 
 def test_graph_connecting_follows_the_cost_model():
-    # float32: dlight's QK^T kernel re-reads its operands (priced as built: twice its function's
-    # loads), so keeping it (24 us), the transpose (4 us) and the rest connected (30 us) costs more
-    # than the whole attention as one tile kernel (56 us); the connected graph is the cheaper cover
+    # float32: QK^T stays dlight's kernel (priced as built: it reads its operands twice, from L2),
+    # the softmax chain connects into the PV GEMM (with the constants fitted on the H200's
+    # measurements, bench/modelled/validation.md, dlight's small PV GEMM alone is priced above the
+    # chain fused with it, as measured there for BERT's fp16 attention: 10.3 us fused, 13.2 as two);
+    # kept apart they are priced below the whole attention as one tile kernel
     cost = AnalyticCostModel()
     ctx = _context(attention(heads=12, seq=128, dim=64, dtype="float32"))
-    node = {ctx.graph.nodes[n].func_name: n for n in ctx.call_nodes()}
-    groups = connect_graph(ctx, cost)
-    assert [g.nodes for g in groups] == [tuple(ctx.call_nodes())]
+    names = {n: ctx.graph.nodes[n].func_name for n in ctx.call_nodes()}
+    node = {name: n for n, name in names.items()}
+    groups = [g for g in connect_graph(ctx, cost) if len(g.nodes) > 1]
+    assert [sorted(names[n] for n in g.nodes) for g in groups] == [["add", "matmul1", "multiply", "softmax"]]
     assert groups[0].plan.code_path == "simt_contraction"
     qk = get_generator("dlight").candidate(ctx, (node["matmul"],), "single", "node alone")
-    rest = ctx.ordered((node["multiply"], node["add"], node["softmax"], node["matmul1"]))
-    kept_apart = [cost.cost(qk, ctx.device).seconds]
-    kept_apart += [cost.cost(tile_candidate(ctx, m, plan_group(ctx, m), "test"), ctx.device).seconds
-                   for m in (rest, (node["transpose"],))]
-    assert groups[0].seconds < sum(kept_apart)
+    transpose = (node["transpose"],)
+    kept_apart = (cost.cost(qk, ctx.device).seconds + groups[0].seconds
+                  + cost.cost(tile_candidate(ctx, transpose, plan_group(ctx, transpose), "test"), ctx.device).seconds)
+    whole = tuple(ctx.call_nodes())
+    assert kept_apart < cost.cost(tile_candidate(ctx, whole, plan_group(ctx, whole), "test"), ctx.device).seconds
     # float16: both GEMMs run on tensor cores, and the whole attention core is one kernel (reached
     # by merging the QK^T group with all its neighbours at once: pair by pair, no step saves)
     ctx = _context(attention(heads=12, seq=128, dim=64, dtype="float16"))
