@@ -33,7 +33,7 @@ from tvm import relax, tirx
 from ..hardware import DeviceSpec
 from ..select.candidate import Candidate, CodePath, boundary_bytes
 from ..select.context import SelectionContext
-from ..select.describe import executed_ratios
+from ..select.describe import PRICED_AS_BUILT, as_built_note, executed_ratios
 from ..select.emit import EmitError
 from ..select.generator import ScheduledKernel, get_generator, register_generator
 from ..select.origin import trace_partition
@@ -72,10 +72,6 @@ class DlightPlan:
         """One line for reports."""
         return f"dlight {self.rule}" + {"compute": " (compute + epilogue)", "fuseops": " (FuseOps group)",
                                          "orchestrate": " (convex set)"}.get(self.group, "")
-
-
-#: How a candidate's provenance says it is priced from its schedule's executed work.
-_PRICED_AS_BUILT = "; priced as built"
 
 
 class DlightGenerator:
@@ -127,9 +123,7 @@ class DlightGenerator:
 
         rule, launch, path, (flops_ratio, loads_ratio) = ctx.shared_memo(key, plan)   # shared by the build's runs
         plan_ = DlightPlan(rule, group)
-        if max(flops_ratio, loads_ratio) > 1.0:
-            provenance += (f"{_PRICED_AS_BUILT}: {flops_ratio:.2f}x the function's arithmetic, "
-                           f"{loads_ratio:.2f}x its global loads")
+        provenance += as_built_note(flops_ratio, loads_ratio)
         # the re-reads are global loads, of tensors it touches once each: they hit L2 where those fit
         distinct = boundary_bytes(ctx.graph, members, recomputes)
         cand = Candidate.of(ctx.graph, members, plan_, launch=launch, code_path=path, provenance=provenance,
@@ -140,7 +134,7 @@ class DlightGenerator:
     def extend(self, ctx: SelectionContext, cand: Candidate, recompute: tuple[int, ...]) -> Candidate | None:
         """``cand``'s kernel also recomputing the nodes ``recompute`` (see :mod:`tvm_ext.select.recompute`)."""
         names = ", ".join(ctx.graph.nodes[n].func_name for n in recompute)
-        origin = cand.provenance.split(_PRICED_AS_BUILT)[0]     # the grown kernel is priced anew
+        origin = cand.provenance.split(PRICED_AS_BUILT)[0]     # the grown kernel is priced anew
         try:
             return self.candidate(ctx, cand.nodes + recompute, cand.plan.group,
                                   f"{origin}; recomputes {names}", tuple(sorted({*cand.recomputes, *recompute})))

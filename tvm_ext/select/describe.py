@@ -107,6 +107,18 @@ def executed_ratios(graph_func: tirx.PrimFunc, scheduled: tirx.PrimFunc,
             ratio(executed.global_loads, planned.global_loads))
 
 
+#: How a candidate's provenance starts saying it is priced from its kernel's executed work.
+PRICED_AS_BUILT = "; priced as built"
+
+
+def as_built_note(flops_ratio: float, loads_ratio: float) -> str:
+    """The provenance suffix of a candidate priced from what its kernel executes ('' when it
+    executes no more than it plans): the ratios of :func:`executed_ratios`."""
+    if max(flops_ratio, loads_ratio) <= 1.0:
+        return ""
+    return f"{PRICED_AS_BUILT}: {flops_ratio:.2f}x the function's arithmetic, {loads_ratio:.2f}x its global loads"
+
+
 def describe_scheduled(graph_func: tirx.PrimFunc, scheduled: tirx.PrimFunc,
                        code_path: CodePath | None = None) -> KernelDescription:
     """Describe a built kernel from its unscheduled (graph-stage) and scheduled PrimFunc; a kernel
@@ -178,4 +190,5 @@ def description_from_json(data: Mapping[str, Any]) -> KernelDescription:
                              dram_bytes=int(data.get("dram_bytes", 0)))
 
 
-__all__ = ["KernelDescription", "describe_library", "describe_scheduled", "description_from_json"]
+__all__ = ["PRICED_AS_BUILT", "KernelDescription", "as_built_note", "describe_library", "describe_scheduled",
+           "description_from_json", "executed_ratios"]

@@ -39,7 +39,7 @@ from ..hardware import DeviceSpec
 from ..select.budget import BudgetMeter
 from ..select.candidate import Candidate, CodePath, LaunchShape, boundary_bytes
 from ..select.context import SelectionContext
-from ..select.describe import executed_ratios
+from ..select.describe import as_built_note, executed_ratios
 from ..select.emit import EmitError
 from ..select.generator import ScheduledKernel, ScheduleRefused, register_generator
 from .planner import PlanOptions, StitchPlan, StitchPlanError, plan_prim_func
@@ -267,9 +267,7 @@ class StitchGenerator:
         why = f"stitch scope: {group.kind} group"
         if recomputes:
             why += "; recomputes " + ", ".join(ctx.graph.nodes[n].func_name for n in recomputes)
-        if max(work.flops_ratio, work.loads_ratio) > 1.0:
-            why += (f"; priced as built: {work.flops_ratio:.2f}x the function's arithmetic, "
-                    f"{work.loads_ratio:.2f}x its global loads")
+        why += as_built_note(work.flops_ratio, work.loads_ratio)
         cand = Candidate.of(ctx.graph, members, made, launch=launch, code_path=CodePath(made.code_path),
                             global_bytes=int((moved + _global_round_trips(made)) * work.loads_ratio),
                             unique_bytes=moved + _global_round_trips(made) // 2,

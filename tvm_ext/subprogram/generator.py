@@ -32,7 +32,7 @@ from ..hardware import DeviceSpec
 from ..select.budget import BudgetMeter
 from ..select.candidate import Candidate, CodePath, LaunchShape, StageWork, boundary_bytes, dominant_dtype
 from ..select.context import SelectionContext
-from ..select.describe import executed_ratios
+from ..select.describe import as_built_note, executed_ratios
 from ..select.emit import EmitError
 from ..select.generator import ScheduledKernel, ScheduleRefused, register_generator
 from .kernel import Design, build, design
@@ -189,9 +189,7 @@ class SubprogramGenerator:
         cand = Candidate.of(ctx.graph, members, plan, launch=launch, global_bytes=total,
                             code_path=CodePath.WMMA if tensor else CodePath.SIMT,
                             provenance=f"subprogram: {len(stages)} stages merged, {plan.grid_syncs} grid barriers"
-                                       + (f"; priced as built: {flops_ratio:.2f}x the function's arithmetic, "
-                                          f"{loads_ratio:.2f}x its global loads" if max(flops_ratio, loads_ratio) > 1.0
-                                          else ""),
+                                       + as_built_note(flops_ratio, loads_ratio),
                             key=ctx.kernel_key(members, plan), stages=stages)
         return dataclasses.replace(cand, flops=int(cand.flops * flops_ratio)) if flops_ratio > 1.0 else cand
 
