@@ -166,25 +166,6 @@ def test_merged_kernel_virtual_blocks_and_memory_stages():
     assert check.ok, check
 
 
-def test_blocks_past_a_stage_grid_do_no_work():
-    """A stage of fewer blocks than the launch: the blocks past its end are predicated off, so the
-    kernel executes the same work at any grid (they used to redo block ``linear mod own``:
-    MobileNet-V2's first convolution, 392 blocks in a 2112-block grid, ran 5.4 times over)."""
-    from tvm_ext.analysis.work import executed_work
-    from tvm_ext.checks.kernel import emulate_function
-
-    func = _fused(ProjSoftmaxProj)
-    made = design(func, DEVICE, H100)
-    works = []
-    for grid in (2, 3, 8):
-        merged = build(func, SubprogramPlan(made.plan.stages, made.plan.rules, made.plan.threads, grid, 1), H100)
-        assert max(merged.stage_grids) < 8
-        verdict = emulate_function(func, merged.func, H100)     # as lowered, blocks in adversarial order
-        assert verdict.ok, verdict.findings
-        works.append(executed_work(merged.func))
-    assert works[0] == works[1] == works[2]
-
-
 def test_gemv_stage_runs_at_the_gemm_threads():
     """A compute stage dlight schedules with other threads (a GEMV) becomes a memory stage at the
     thread shape of the stage doing the most work, and the merged kernel still computes the function."""

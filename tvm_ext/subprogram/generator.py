@@ -191,7 +191,8 @@ class SubprogramGenerator:
                             provenance=f"subprogram: {len(stages)} stages merged, {plan.grid_syncs} grid barriers"
                                        + as_built_note(flops_ratio, loads_ratio),
                             key=ctx.kernel_key(members, plan), stages=stages)
-        return dataclasses.replace(cand, flops=int(cand.flops * flops_ratio)) if flops_ratio > 1.0 else cand
+        # its flops are its stages' (each rounded): the whole is their sum, as it is planned
+        return dataclasses.replace(cand, flops=sum(s.flops for s in stages)) if flops_ratio > 1.0 else cand
 
     def stage_functions(self, func: tirx.PrimFunc, plan: SubprogramPlan) -> list[tirx.PrimFunc]:
         """The unscheduled function of each stage of ``plan`` on ``func``, in order (the kernel check

@@ -90,13 +90,9 @@ def _virtual(kernel: StageKernel, bx: tvm.ir.Var, grid: int) -> tirx.Stmt:
     TVM's ``LowerCrossThreadReduction`` still lowers the reductions over thread-bound loops to
     allreduces (with a trip count computed from ``blockIdx.x`` it leaves them as plain
     read-modify-writes that every thread runs at once: the H200's wrong MMoE outputs). Where
-    ``own`` is no multiple of ``grid``, the blocks past the end decode ``linear mod own`` (a
-    ``min`` clamp would make the block bindings non-affine, and the reduction lowering skips
-    those too) and every block of theirs is predicated off (``linear < own``, the same for all
-    threads of a block: the loops and barriers still run, the reductions still lower to
-    allreduces, which take the predicate as their condition). Without the predicate they would
-    redo virtual block ``linear mod own``: a 392-block stage in a 2112-block grid executed 5.4
-    times over, every SM busy with copies (MobileNet-V2's first convolution).
+    ``own`` is no multiple of ``grid``, the blocks past the end run virtual block
+    ``linear mod own`` again: the same values to the same addresses (a ``min`` clamp would make
+    the block bindings non-affine, and the reduction lowering skips those too).
     """
     own = kernel.grid
     dtype = str(bx.ty.dtype)
@@ -114,20 +110,7 @@ def _virtual(kernel: StageKernel, bx: tvm.ir.Var, grid: int) -> tirx.Stmt:
         var = loop.loop_var
         mapping[var] = value if str(var.ty.dtype) == dtype else tirx.Cast(str(var.ty.dtype), value)
     body = substitute_vars(kernel.body, mapping)
-    if trips * grid > own:
-        body = _predicated(body, vb * tirx.IntImm(dtype, grid) + bx < tirx.IntImm(dtype, own))
     return tirx.For(vb, tirx.IntImm(dtype, 0), tirx.IntImm(dtype, trips), tirx.ForKind.SERIAL, body)
-
-
-def _predicated(body: tirx.Stmt, condition: tirx.PrimExpr) -> tirx.Stmt:
-    """``body`` with ``condition`` added to the predicate of every block it realizes."""
-
-    def on_realize(realize):
-        pred = realize.predicate
-        both = condition if isinstance(pred, tirx.IntImm) and int(pred) == 1 else tirx.And(pred, condition)
-        return tvm.s_tir.SBlockRealize(realize.iter_values, both, realize.block)
-
-    return tvm_ffi.structural_map(body, (tvm.s_tir.SBlockRealize, on_realize))
 
 
 def _param_mapping(scheduled: tirx.PrimFunc, unscheduled: tirx.PrimFunc) -> dict:
