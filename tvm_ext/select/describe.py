@@ -119,6 +119,13 @@ def as_built_note(flops_ratio: float, loads_ratio: float) -> str:
     return f"{PRICED_AS_BUILT}: {flops_ratio:.2f}x the function's arithmetic, {loads_ratio:.2f}x its global loads"
 
 
+def scaled_stages(stages, flops_ratio: float, loads_ratio: float) -> tuple:
+    """A multi-stage kernel's stage work with its executed excess spread over the stages (the
+    ratios of :func:`executed_ratios`, not counted stage by stage)."""
+    return tuple(dataclasses.replace(s, flops=int(s.flops * flops_ratio), global_bytes=int(s.global_bytes * loads_ratio))
+                 for s in stages)
+
+
 def describe_scheduled(graph_func: tirx.PrimFunc, scheduled: tirx.PrimFunc,
                        code_path: CodePath | None = None) -> KernelDescription:
     """Describe a built kernel from its unscheduled (graph-stage) and scheduled PrimFunc; a kernel
@@ -153,10 +160,7 @@ def describe_scheduled(graph_func: tirx.PrimFunc, scheduled: tirx.PrimFunc,
     padding = int(getattr(plan, "padding_flops", 0) or 0)
     flops = int(func_flops(graph_func)) + padding
     flops_ratio, loads_ratio = executed_ratios(graph_func, scheduled, padding)
-    # a multi-stage kernel's excess is spread over its stages (not counted stage by stage)
-    stages = tuple(dataclasses.replace(s, flops=int(s.flops * flops_ratio),
-                                       global_bytes=int(s.global_bytes * loads_ratio))
-                   for s in getattr(plan, "work", ()))
+    stages = scaled_stages(getattr(plan, "work", ()), flops_ratio, loads_ratio)
     return KernelDescription(int(flops * flops_ratio), int(moved * loads_ratio), int(unique),
                              launch_shape(scheduled), path, dtype, key=key, plan=plan, stages=stages,
                              executed_flops_ratio=flops_ratio, executed_loads_ratio=loads_ratio)
@@ -191,4 +195,4 @@ def description_from_json(data: Mapping[str, Any]) -> KernelDescription:
 
 
 __all__ = ["PRICED_AS_BUILT", "KernelDescription", "as_built_note", "describe_library", "describe_scheduled",
-           "description_from_json", "executed_ratios"]
+           "description_from_json", "executed_ratios", "scaled_stages"]

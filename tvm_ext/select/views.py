@@ -7,9 +7,8 @@ dataflow variable (not one of the function's outputs), whichever generator plann
 pattern is TVM's analysis of the *scheduled* function, in which the generators have inlined a
 chain of data movement: a transpose, reshape, transpose chain that keeps the element order
 (Segformer's ``(1, 16384, 32) -> (1, 32, 16384) -> (1, 32, 128, 128) -> (1, 128, 128, 32)``) is
-a view as well. The selection spine prices such
-a candidate as the report sees the build, with no launch (:func:`as_view`:
-:class:`~tvm_ext.select.candidate.LaunchShape` ``kernels=0``).
+a view as well. The selection spine prices such a candidate as the report sees the build, with
+no launch (:func:`as_view`: :class:`~tvm_ext.select.candidate.LaunchShape` ``kernels=0``).
 
 Example
 -------

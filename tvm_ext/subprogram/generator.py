@@ -32,7 +32,7 @@ from ..hardware import DeviceSpec
 from ..select.budget import BudgetMeter
 from ..select.candidate import Candidate, CodePath, LaunchShape, StageWork, boundary_bytes, dominant_dtype
 from ..select.context import SelectionContext
-from ..select.describe import as_built_note, executed_ratios
+from ..select.describe import as_built_note, executed_ratios, scaled_stages
 from ..select.emit import EmitError
 from ..select.generator import ScheduledKernel, ScheduleRefused, register_generator
 from .kernel import Design, build, design
@@ -180,8 +180,7 @@ class SubprogramGenerator:
         flops_ratio, loads_ratio = ctx.shared_memo(
             ("subprogram-executed", _design_key(ctx, members)),
             lambda: executed_ratios(ctx.fused_function(members), made.merged.func))
-        stages = tuple(dataclasses.replace(s, flops=int(s.flops * flops_ratio),
-                                           global_bytes=int(s.global_bytes * loads_ratio)) for s in planned)
+        stages = scaled_stages(planned, flops_ratio, loads_ratio)
         tensor = any(s.code_path == CodePath.WMMA for s in stages)
         launch = LaunchShape(grid=plan.grid, threads=plan.threads.threads,
                              shared_bytes=max(s.launch.shared_bytes for s in stages), grid_syncs=plan.grid_syncs)
