@@ -9,6 +9,7 @@ from __future__ import annotations
 import enum
 import functools
 from functools import reduce as _fold
+from collections.abc import Iterable
 from operator import mul
 
 import tvm
@@ -113,16 +114,40 @@ def _block_store(block: SBlock) -> tirx.BufferStore | None:
     return stores[0] if len(stores) == 1 else None
 
 
-def func_flops(func: tirx.PrimFunc) -> int:
-    """Floating-point operations of one call of ``func`` (arith ops x iteration volume)."""
-    total = 0
+def _is_float(dtype: str) -> bool:
+    return dtype.startswith(("float", "bfloat"))
+
+
+def block_float_work(func: tirx.PrimFunc) -> list[tuple[str, int]]:
+    """``(dtype, flops)`` of each block of ``func`` that stores one floating-point value per
+    iteration, in program order (arith ops x iteration volume)."""
+    work: list[tuple[str, int]] = []
     for block, loops in sblocks(func):
         store = _block_store(block)
-        if store is None or not str(store.buffer.ty.dtype).startswith(("float", "bfloat")):
+        if store is None or not _is_float(str(store.buffer.ty.dtype)):
             continue
         volume = _fold(mul, (_extent(loop) for loop in loops), 1)
-        total += volume * _arith_count(store.value)
-    return total
+        work.append((str(store.buffer.ty.dtype), volume * _arith_count(store.value)))
+    return work
+
+
+def func_flops(func: tirx.PrimFunc) -> int:
+    """Floating-point operations of one call of ``func`` (arith ops x iteration volume)."""
+    return sum(flops for _, flops in block_float_work(func))
+
+
+def weighted_dtype(work: Iterable[tuple[str, int]]) -> str:
+    """The floating-point dtype carrying the most flops in ``work`` (``(dtype, flops)`` pairs in
+    program order, each weighing at least one): the dtype a kernel's arithmetic is priced in, by
+    the selection (over graph nodes) and by the report (over a built function's blocks) alike.
+    A tie goes to the later dtype (the one nearer the output); ``float32`` when none is floating."""
+    weight: dict[str, int] = {}
+    last: dict[str, int] = {}
+    for position, (dtype, flops) in enumerate(work):
+        if _is_float(dtype):
+            weight[dtype] = weight.get(dtype, 0) + max(int(flops), 1)
+            last[dtype] = position
+    return max(weight, key=lambda d: (weight[d], last[d])) if weight else "float32"
 
 
 def _reduce_vars(block: SBlock) -> set:

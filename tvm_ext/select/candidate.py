@@ -19,7 +19,7 @@ import enum
 from dataclasses import dataclass, field
 from typing import Iterable
 
-from ..graph import OpGraph
+from ..graph import OpGraph, weighted_dtype
 from .plan import Plan
 
 
@@ -234,14 +234,10 @@ def boundary_bytes(graph: OpGraph, members: Iterable[int], recomputes: Iterable[
 
 
 def dominant_dtype(graph: OpGraph, members: Iterable[int]) -> str:
-    """The output dtype carrying the most flops among ``members`` (``float32`` when empty)."""
-    weight: dict[str, int] = {}
-    for n in members:
-        node = graph.nodes[n]
-        if node.outputs:
-            dtype = graph.tensors[node.outputs[0]].dtype
-            weight[dtype] = weight.get(dtype, 0) + max(node.flops, 1)
-    return max(weight, key=weight.__getitem__) if weight else "float32"
+    """The floating-point output dtype carrying the most flops among ``members``, by the rule the
+    report applies to a built kernel's blocks (:func:`~tvm_ext.graph.classify.weighted_dtype`)."""
+    return weighted_dtype((graph.tensors[graph.nodes[n].outputs[0]].dtype, graph.nodes[n].flops)
+                          for n in sorted(members) if graph.nodes[n].outputs)
 
 
 __all__ = ["Candidate", "CodePath", "LaunchShape", "StageWork", "boundary", "boundary_bytes", "dominant_dtype"]

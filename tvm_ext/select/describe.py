@@ -32,7 +32,7 @@ from tvm import tirx
 
 from ..analysis import element_bytes
 from ..analysis.work import Work, executed_work, function_work
-from ..graph import func_flops, gathered_reads
+from ..graph import block_float_work, func_flops, gathered_reads, weighted_dtype
 from .candidate import CodePath, LaunchShape
 from .launch import launch_shape, uses_tensor_cores
 
@@ -143,8 +143,7 @@ def describe_scheduled(graph_func: tirx.PrimFunc, scheduled: tirx.PrimFunc,
     regular = len(graph_func.params)
     moved = sum(b for b, _ in sizes[:regular]) + 2 * sum(b for b, _ in sizes[regular:])
     unique = sum(b for b, _ in sizes)
-    dtypes = [d for _, d in sizes if d.startswith(("float", "bfloat"))]
-    dtype = dtypes[-1] if dtypes else "float32"
+    dtype = weighted_dtype(block_float_work(graph_func))    # as the selection weighs its nodes
     try:
         plan = plan_of(graph_func)
     except PlanError:
