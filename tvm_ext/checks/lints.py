@@ -21,51 +21,21 @@ import tvm_ffi
 from tvm import tirx
 
 from ..hardware import device_from_target, occupancy
+from ..tir.thread_reductions import thread_bound_reductions
 from ..toolchain import KernelUsage
 from .memory import Finding
 from .tir_stmt import thread_extents
 
 
-def _uses(expr, var) -> bool:
-    hits: list = []
-    tvm_ffi.structural_walk(expr, (tvm.ir.Var, lambda v: hits.append(v) if v.same_as(var) else None))
-    return bool(hits)
-
-
-def _thread_bound_reductions(func: tirx.PrimFunc) -> list[str]:
-    """Reduction blocks (with an init) whose reduction iterators use a threadIdx-bound loop."""
-    found: list[str] = []
-
-    def on_loop(loop) -> None:
-        tag = str(loop.thread_binding.thread_tag) if loop.thread_binding is not None else ""
-        if not tag.startswith("threadIdx"):
-            return
-        var = loop.loop_var
-
-        def on_realize(realize) -> None:
-            block = realize.block
-            if block.init is None or block.name_hint in found:
-                return
-            for iv, value in zip(block.iter_vars, realize.iter_values):
-                if iv.iter_type == tirx.IterVar.CommReduce and _uses(value, var):
-                    found.append(block.name_hint)
-                    return
-
-        tvm_ffi.structural_walk(loop.body, (tvm.s_tir.SBlockRealize, on_realize))
-
-    tvm_ffi.structural_walk(func.body, (tirx.For, on_loop))
-    return found
-
-
 def unlowered_thread_reductions(func: tirx.PrimFunc, target: tvm.target.Target) -> list[str]:
     """Blocks of scheduled ``func`` that reduce over a thread-bound loop and that TVM's
     ``LowerCrossThreadReduction`` leaves as they are (each would be a racy read-modify-write)."""
-    if not _thread_bound_reductions(func):
+    if not thread_bound_reductions(func.body):
         return []
     mod = tirx.transform.BindTarget(target)(tvm.IRModule({"main": func.with_attr("global_symbol", "main")}))
     with target:
         lowered = tvm.s_tir.transform.LowerCrossThreadReduction()(mod)["main"]
-    return _thread_bound_reductions(lowered)
+    return [block.name_hint for block in thread_bound_reductions(lowered.body)]
 
 
 def _dynamic_shared_bytes(kernel: tirx.PrimFunc) -> int:
