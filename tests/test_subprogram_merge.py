@@ -206,6 +206,21 @@ def test_a_stage_reducing_into_global_memory_redoes_its_blocks():
     assert min(merged.stage_grids) < 40
 
 
+def test_virtual_block_loops_are_not_unrolled():
+    """A GEMV stage of 32 blocks at 8 blocks runs 4 virtual blocks per block. TVM lifted a stage's
+    unroll pragma over the whole kernel, unrolled the loop, allreduce included, and
+    ``LowerThreadAllreduce`` failed on the repeated reduction buffer; everything small was unrolled
+    too (the CUDA of a merged kernel ran to hundreds of KB)."""
+    func = _fused(GemvThenGemm)
+    made = design(func, DEVICE, H100)
+    merged, _ = _emulated_work(func, made, 8)
+    assert max(merged.stage_grids) > 8
+    lib = tvm.compile(tvm.IRModule({"main": merged.func.with_attr("global_symbol", "main")}), H100,
+                      tir_pipeline="tvm_ext")
+    source = lib.mod.imports[0].inspect_source()
+    assert source.count("tvm_builtin_cuda_grid_sync();") == 2 and len(source) < 40_000
+
+
 def test_gemv_stage_runs_at_the_gemm_threads():
     """A compute stage dlight schedules with other threads (a GEMV) becomes a memory stage at the
     thread shape of the stage doing the most work, and the merged kernel still computes the function."""

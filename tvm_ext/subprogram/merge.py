@@ -95,7 +95,10 @@ def _virtual(kernel: StageKernel, bx: tvm.ir.Var, grid: int) -> tirx.Stmt:
     read-modify-writes that every thread runs at once: the H200's wrong MMoE outputs). Where
     ``own`` is no multiple of ``grid``, the blocks past the end decode ``linear mod own`` (a
     ``min`` clamp would make the block bindings non-affine, and the reduction lowering skips
-    those too), and:
+    those too). The loop is never unrolled (``pragma_auto_unroll_max_step`` 0): TVM unifies the
+    stages' thread bindings and lifts one stage's unroll pragma over all of them, which unrolled
+    whole stages (a merged kernel of 500 KB of CUDA) and, where a stage's allreduce was unrolled
+    with its loop, made ``LowerThreadAllreduce`` fail on the repeated reduction buffer. And:
 
     * where no reduction over a thread-bound loop writes global memory, every block of theirs is
       predicated off (``linear < own``, uniform per block: the loops and barriers still run);
@@ -126,7 +129,8 @@ def _virtual(kernel: StageKernel, bx: tvm.ir.Var, grid: int) -> tirx.Stmt:
     body = substitute_vars(kernel.body, mapping)
     if trips * grid > own and not _reduces_into_global(body):
         body = _predicated(body, vb * tirx.IntImm(dtype, grid) + bx < tirx.IntImm(dtype, own))
-    return tirx.For(vb, tirx.IntImm(dtype, 0), tirx.IntImm(dtype, trips), tirx.ForKind.SERIAL, body)
+    return tirx.For(vb, tirx.IntImm(dtype, 0), tirx.IntImm(dtype, trips), tirx.ForKind.SERIAL, body,
+                    annotations={"pragma_auto_unroll_max_step": 0})
 
 
 def _reduces_into_global(body: tirx.Stmt) -> bool:
