@@ -212,7 +212,7 @@ def convert_regions(mod: tvm.IRModule, max_per_conv: int = TRANSPOSES_PER_CONV) 
                       "its convolutions stay with TVM", max_per_conv, region.describe())
     if not accepted:
         return mod, regions
-    converted = relax.transform.FoldConstant()(_convert(mod, set(accepted)))
+    converted = _convert(mod, set(accepted))        # weight transposes folded on the host
     _LOG.info("NHWC conversion: %d of %d dense convolutions in %d regions, %d layout transposes added",
               sum(1 for c in accepted if is_dense_nchw_conv(c)), sum(r.dense for r in regions), len(regions),
               sum(r.transposes for r in regions if r.converted))
