@@ -294,6 +294,21 @@ def test_stage_by_stage_check_finds_a_wrong_stage():
     assert done and not compare_stages(func, wrong, stages).ok
 
 
+@pytest.mark.skipif(not nvcc_available(), reason="nvcc not installed")
+def test_launch_bound_asks_only_the_blocks_the_grid_needs():
+    """Attention's merged kernel runs on one block: its launch bound asks one block per SM, and
+    ptxas keeps its 100+ registers (asking the 16 blocks that fit at 32 registers spilled 1.5 KB
+    per thread)."""
+    from tvm_ext.toolchain import resource_usage
+
+    made = design(_fused(Attention), DEVICE, H100)
+    assert made.plan.grid <= DEVICE.sm_count and made.plan.blocks_per_sm == 1
+    merged = made.merged.func.with_attr("global_symbol", "main")
+    lib = tvm.tirx.build(tvm.IRModule({"main": merged}), target=H100, pipeline="tvm_ext")
+    (usage,) = resource_usage(lib.imports[0].inspect_source(), H100).values()
+    assert usage.spill_stores == 0 and usage.registers > 32
+
+
 def test_cooperative_tag_on_device_kernel():
     merged = design(_fused(ProjSoftmaxProj), DEVICE, H100).merged.func.with_attr("global_symbol", "main")
     (kernel,) = device_kernels(tvm.IRModule({"main": merged}), H100).values()

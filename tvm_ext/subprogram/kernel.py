@@ -111,11 +111,17 @@ def _memory(func: tirx.PrimFunc, spec: StageSpec, shape: ThreadShape) -> Schedul
 
 
 def _launch(device: DeviceSpec, shape: ThreadShape, stages: list[ScheduledStage]) -> tuple[int, int]:
+    """The grid (the largest stage's, capped at the blocks resident at once with
+    :data:`ASSUMED_REGISTERS` registers per thread) and the blocks per SM its launch bound asks
+    for: only as many as the grid needs resident, ``ceil(grid / SMs)``. Asking for the most that
+    fit capped every thread at 32 registers, and a merged kernel of dlight GEMM stages, which use
+    116-128, spilled 1.5-2 KB per thread where its grid fitted one block per SM."""
     shared = max(s.shared_bytes for s in stages)
-    blocks_per_sm = occupancy(device, shape.threads, ASSUMED_REGISTERS, shared).blocks_per_sm
-    if blocks_per_sm < 1:
+    most = occupancy(device, shape.threads, ASSUMED_REGISTERS, shared).blocks_per_sm
+    if most < 1:
         raise StageError(f"a block of {shape.threads} threads and {shared} B shared memory does not fit an SM")
-    return min(max(s.grid for s in stages), blocks_per_sm * device.sm_count), blocks_per_sm
+    grid = min(max(s.grid for s in stages), most * device.sm_count)
+    return grid, -(-grid // device.sm_count)
 
 
 def _at_shape(func: tirx.PrimFunc, part: StageSpec | ScheduledStage, shape: ThreadShape) -> ScheduledStage:
