@@ -13,10 +13,13 @@ The budget is the build's: a graph stage run again (``full`` runs it with and wi
 horizontal transform, a re-selection round once more) continues the meter where the earlier
 run left it, and what the build has planned stays free to ask for again.
 
-A work unit is the generator's own measure of planning effort, stated where it charges (the
-tile graph: one node of a group planned, so a group of five nodes costs five units). Work units
-make the cut deterministic; the seconds bound the compile time a user waits for, and make a
-build that hits them depend on the machine (a faster one plans more before it stops).
+A work unit is the generator's own measure of planning effort, stated where it charges
+(orchestrate and subprogram: one node of a set or piece planned; the tile graph: one tile
+configuration priced, a tile schedule built counting as many as it takes seconds, within its own
+budget, :attr:`PlanningBudget.per_generator`). Work units make the cut deterministic: the same
+on any machine and under any load; the seconds bound the compile time a user waits for, and make a
+build that hits them depend on the machine (a faster one plans more before it stops), so the
+default's work limits are set to bind first on the machine they were measured on.
 
 Example
 -------
@@ -69,12 +72,23 @@ class PlanningBudget:
     max_seconds: float = 30.0
     #: Ceiling on work units over any graph size (``inf``: none; the seconds bound a build).
     max_work: float = math.inf
+    #: ``(generator, budget)`` pairs: a generator whose work unit is its own (the tile graph counts
+    #: tile configurations priced, not nodes) plans within its own budget; the rest within this one.
+    per_generator: tuple[tuple[str, PlanningBudget], ...] = ()
 
     def __post_init__(self) -> None:
         for name in ("work_per_node", "min_work", "seconds_per_node", "min_seconds", "max_work", "max_seconds"):
             value = getattr(self, name)
             if not value >= 0 or math.isnan(value):
                 raise BudgetError(f"planning budget: {name} must be >= 0, got {value!r}")
+        for pair in self.per_generator:
+            if len(pair) != 2 or not isinstance(pair[0], str) or not isinstance(pair[1], PlanningBudget):
+                raise BudgetError(f"planning budget: per_generator takes (generator name, PlanningBudget) pairs, "
+                                  f"got {pair!r}")
+
+    def for_generator(self, generator: str) -> PlanningBudget:
+        """The budget ``generator`` plans within (its own where :attr:`per_generator` has one)."""
+        return dict(self.per_generator).get(generator, self)
 
     def work_limit(self, nodes: int) -> float:
         """Work units allowed for a function of ``nodes`` call nodes."""
@@ -88,7 +102,8 @@ class PlanningBudget:
               spent: tuple[float, float] = (0.0, 0.0)) -> "BudgetMeter":
         """A meter for ``generator`` on a function of ``nodes`` call nodes, its seconds counting
         from now; ``spent``: (work, seconds) earlier runs of the generator on the function spent."""
-        return BudgetMeter(generator, self.work_limit(nodes), self.seconds_limit(nodes), clock, spent=spent)
+        own = self.for_generator(generator)
+        return BudgetMeter(generator, own.work_limit(nodes), own.seconds_limit(nodes), clock, spent=spent)
 
 
 #: No limit at all (tests that need every candidate; the default of a context without a preset).

@@ -20,8 +20,9 @@ keeps the cheaper.
 Identical sub-graphs are planned once: plans are memoized by the group's structural signature
 (``SelectionContext.shared_memo``; the connect levels follow from it), so BERT's layers 2-12 reuse
 layer 1's plans (Welder's sub-graph signature cache), and the build's later graph-stage runs reuse
-the first one's. Each group planned charges its node count to the generator's planning budget
-(``SelectionContext.meter("tilegraph")``, :mod:`tvm_ext.select.budget`).
+the first one's. Each group planned charges the tile configurations it priced and the schedules it
+built to the generator's planning budget (:func:`planning_units`,
+``SelectionContext.meter("tilegraph")``, :mod:`tvm_ext.select.budget`).
 
 Example
 -------
@@ -63,6 +64,10 @@ MAX_RECOMPUTE = 2.0
 #: Enumeration bound per group (evaluated tiles); *assumed*: planning time, not quality, is the
 #: reason (each evaluation propagates the whole group once).
 MAX_VISITS = 96
+#: Work units a tile schedule built costs against one tile configuration priced (the tile graph's
+#: planning budget, :func:`planning_units`). Measured: the ratio of their seconds on this 2-core
+#: machine (``README.md``, "Compile time and planning budgets").
+SCHEDULE_UNITS = 25.0
 
 
 def injective(ctx: SelectionContext, node: int) -> bool:
@@ -144,15 +149,22 @@ def _group_plans(ctx: SelectionContext, members: tuple[int, ...]) -> tuple[TileP
     """(:func:`plan_group`, :func:`whole_reduction_plan`), memoized by signature."""
     members = ctx.ordered(members)
 
+    effort: dict = {}       # the tile graph and schedules this planning priced and built
+
     def plans() -> tuple[TilePlan | str, TilePlan | None]:
-        ctx.meter("tilegraph").spend(len(members))      # work unit: one node of a group planned
+        try:
+            return plan()
+        finally:
+            ctx.meter("tilegraph").spend(planning_units(effort.get("tiles"), effort.get("works")))
+
+    def plan() -> tuple[TilePlan | str, TilePlan | None]:
         graph = ctx.graph
         empty = sorted({t for n in members for t in (*graph.nodes[n].inputs, *graph.nodes[n].outputs)
                         if t in graph.tensors and 0 in graph.tensors[t].shape})
         if empty:
             return f"zero-size tensors {empty} have no tile", None
         try:
-            tg = TileGraph(graph, members)
+            tg = effort["tiles"] = TileGraph(graph, members)
             tg.set_connects({e: edge_level(ctx, e.producer, e.consumer) for e in tg.edges})
             # Welder's footprint counts every input tile as staged in shared memory; this builder
             # reads inputs from global (through L1), so enumeration prunes only what no block could
@@ -167,7 +179,7 @@ def _group_plans(ctx: SelectionContext, members: tuple[int, ...]) -> tuple[TileP
             return str(err), None
         limit = ctx.device.max_shared_memory_per_block_optin
         levels = tuple((e.tensor, tg.connect_level(e).label) for e in tg.edges)
-        works = _TileWorks(ctx, func, inline)     # each tile's schedule built once per build
+        works = effort["works"] = _TileWorks(ctx, func, inline)     # each tile's schedule built once per build
         shape = tuple(graph.tensors[tg.outputs[0]].shape)     # the outputs share one shape (enumeration)
         best = _best_buildable([c for c in ranked if not c.offered], works, limit, shape)
         ranked_plan = best if isinstance(best, str) else _plan_of(ctx, func, best, inline, levels)
@@ -177,6 +189,16 @@ def _group_plans(ctx: SelectionContext, members: tuple[int, ...]) -> tuple[TileP
         return ranked_plan, _plan_of(ctx, func, whole, inline, levels)
 
     return ctx.shared_memo(_plan_key(ctx, members), plans)
+
+
+def planning_units(tiles: TileGraph | None, works: "_TileWorks | None") -> float:
+    """Work units of planning one group (the tile graph's charge to its planning budget): one per
+    tile configuration priced (:attr:`TileGraph.evaluations`), :data:`SCHEDULE_UNITS` per tile
+    schedule built, at least one. Counts, not seconds, so where the budget stops is the same on any
+    machine and under any load."""
+    priced = tiles.evaluations if tiles is not None else 0
+    built = works.built if works is not None else 0
+    return max(1.0, priced + SCHEDULE_UNITS * built)
 
 
 def _plan_of(ctx: SelectionContext, func, best: "_Buildable", inline: tuple[str, ...],
@@ -240,10 +262,12 @@ class _TileWorks:
         self.ctx, self.func, self.inline = ctx, func, inline
         self._key = ("tile_work", tvm_ffi.structural_hash(func), tuple(inline))
         self._work = TileWork(func, inline)
+        self.built = 0      # schedules built here (not remembered from another group)
 
     def __call__(self, tile: tuple[int, ...], padded: tuple[str, ...] = (), kstep: int = 0) -> list[BlockWork]:
         """The blocks' work of ``tile`` (raises :class:`TileScheduleError` as ``tile_work`` does)."""
         def build() -> list[BlockWork] | str:
+            self.built += 1
             try:
                 return self._work(tile, padded, kstep)
             except TileScheduleError as err:

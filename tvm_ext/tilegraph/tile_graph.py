@@ -176,6 +176,9 @@ class TileGraph:
         # enumeration asks for the kernel tiles of a tile once to rank it and again to size it
         self._kernel_tiles: dict[tuple, list[KernelTile]] = {}
         self._config_key: tuple | None = None
+        #: Tile configurations priced so far (each a propagation or a pricing of every kernel's
+        #: traffic and footprint not remembered from before): the effort planning charges.
+        self.evaluations = 0
         self._check_partitions()
 
     # ------------------------------------------------------------------ structure
@@ -301,6 +304,7 @@ class TileGraph:
         if key is not None and key in self._regions:
             regions, requested = self._regions[key]
         else:
+            self.evaluations += 1
             regions = propagate(self.graph, self.members, output_tile, interior=True)
             # an output read inside the graph may be computed over more than its tile; its tile is stored
             requested = output_tile_regions(self.graph, self.members, output_tile)
@@ -341,6 +345,7 @@ class TileGraph:
         cache_key = None if self._config_key is None else (self._config_key, tuple(self._levels.values()))
         if cache_key is not None and cache_key in self._kernel_tiles:
             return list(self._kernel_tiles[cache_key])
+        self.evaluations += 1
         result = []
         for group in self.kernels():
             outs = self.graph.boundary(group)[1]
