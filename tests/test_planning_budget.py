@@ -44,9 +44,9 @@ GROUPS_PER_NODE = 6.0
 SCHEDULES_PER_NODE = 18.0
 #: A fixed work budget for every generator over a build (units: nodes of the sets planned, about
 #: 62 per call node in orchestrate's convex sets over its graph-stage runs and rounds; the tile
-#: graph's own: tile configurations priced and schedules built, about 340 per call node).
+#: graph's own: tile configurations priced, schedules built and groups asked, about 500 per call node).
 FIXED = PlanningBudget(work_per_node=80.0, min_work=0.0, seconds_per_node=math.inf, min_seconds=math.inf,
-                       per_generator=(("tilegraph", PlanningBudget(work_per_node=500.0, min_work=0.0,
+                       per_generator=(("tilegraph", PlanningBudget(work_per_node=1000.0, min_work=0.0,
                                                                   seconds_per_node=math.inf,
                                                                   min_seconds=math.inf)),))
 

@@ -29,14 +29,14 @@ DEFAULT_PRESET = "full"
 _ACTIVE_PRESET: contextvars.ContextVar[str | None] = contextvars.ContextVar("tvm_ext_preset", default=None)
 SELECTORS = ("priority", "blp")
 #: The tile graph's own planning budget, in its own unit: a tile configuration priced, a schedule
-#: built counting :data:`~tvm_ext.tilegraph.planning.SCHEDULE_UNITS` (``planning_units``).
-#: *Measured* on this project's 2-core machine, nothing else running (``planning_time.py MODEL
-#: --presets tilegraph --fp16``): 2900 units per second on MobileNet-V2, 5900 on Segformer-B0. The
-#: ceiling of 50000 units (9-17 s there) binds long before the 60 s, so where the tile graph stops
-#: does not depend on the machine's load, unless it is more than 3x slower; 500 per node, at least
-#: 20000, below it. *Assumed*: the amounts, a bound on compile time (issue 38's 120 s per
-#: ``inspect``), the seconds a safety net only.
-TILE_GRAPH_BUDGET = PlanningBudget(work_per_node=500.0, min_work=20000.0, max_work=50000.0, max_seconds=60.0)
+#: built and a group asked counting :data:`~tvm_ext.tilegraph.planning.SCHEDULE_UNITS` and
+#: :data:`~tvm_ext.tilegraph.planning.GROUP_UNITS` (``planning_units``). *Measured* on this
+#: project's 2-core machine, two builds at a time (13 seed models' ``full`` builds): 0.13 ms a
+#: unit, so the ceiling of 150000 units is about 20 s, where the old 30 s bound by the clock; it
+#: binds long before the 60 s, so where the tile graph stops does not depend on the machine's load
+#: unless that is more than 2-3x slower. 1000 per node, at least 20000, below it. *Assumed*: the
+#: amounts, a bound on compile time (issue 38's 120 s per ``inspect``), the seconds a safety net.
+TILE_GRAPH_BUDGET = PlanningBudget(work_per_node=1000.0, min_work=20000.0, max_work=150000.0, max_seconds=60.0)
 #: Every preset's budget unless it sets its own: :class:`PlanningBudget`'s defaults, the tile
 #: graph's its own.
 DEFAULT_BUDGET = PlanningBudget(per_generator=(("tilegraph", TILE_GRAPH_BUDGET),))

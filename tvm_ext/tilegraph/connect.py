@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from ..select.candidate import Candidate, CodePath, LaunchShape, boundary_bytes
 from ..select.context import SelectionContext
 from ..select.emit import EmitError
-from .planning import injective, is_planned, plan_group, whole_reduction_plan
+from .planning import GROUP_UNITS, injective, is_planned, plan_group, whole_reduction_plan
 from .plans import TilePlan
 
 logger = logging.getLogger(__name__)
@@ -151,14 +151,21 @@ def connect_graph(ctx: SelectionContext, cost, *, also_explored: bool = False) -
 
     planned = [0]
 
+    def charge(members: tuple[int, ...]) -> None:
+        """A group asked for: its fixed cost, unless the build has planned it (that stays free)."""
+        if not is_planned(ctx, members):
+            meter.spend(GROUP_UNITS)
+
     def priced(members: tuple[int, ...]) -> tuple[TilePlan | None, float]:
         if members not in price:
+            charge(members)
             price[members] = pricer.alone(members)
             planned[0] += 1
         return price[members]
 
     def trial(merged: tuple[int, ...]) -> tuple[TilePlan | None, float]:
         if merged not in trials:
+            charge(merged)
             trials[merged] = pricer.tile(merged) if ctx.graph.is_convex(merged) else (None, float("inf"))
             planned[0] += 1
         return trials[merged]
