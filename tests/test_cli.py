@@ -284,3 +284,14 @@ def test_verify_json_counts(capsys, mlp_file):
     report = json.loads(out)
     assert code == 0 and report["counts"]["kernels"] == len(report["kernels"]) > 0
     assert report["counts"]["findings"] == 0
+
+
+def test_verify_takes_an_emulation_time_limit(capsys, mlp_file):
+    """A time limit too short for any launch lists every emulated kernel unchecked, saying so."""
+    code, out, _ = _run(capsys, "verify", str(mlp_file), "--preset", "baseline", "--json",
+                        "--emulation-seconds", "1e-9")
+    report = json.loads(out)
+    assert report["counts"]["unchecked"] == report["counts"]["kernels"] > 0
+    assert "ran past its 1e-09 s" in out
+    code, _, err = _run(capsys, "verify", str(mlp_file), "--emulation-seconds", "0")
+    assert code == 2 and "positive number of seconds" in err

@@ -238,6 +238,17 @@ def _check_library_calls(model: Path, args: argparse.Namespace) -> bool:
     return not bad
 
 
+def _positive_seconds(text: str) -> float:
+    """``--emulation-seconds``: a positive number of seconds."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
+    return value
+
+
 def _cmd_verify(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
@@ -250,7 +261,8 @@ def _cmd_verify(args: argparse.Namespace) -> int:
             bar.total, bar.n = total, done
             bar.set_description_str(stage)
 
-        report = verify(model, args.target, args.preset, **_model_kwargs(args), progress=progress)
+        report = verify(model, args.target, args.preset, **_model_kwargs(args), progress=progress,
+                        emulation_seconds=args.emulation_seconds)
     print(json.dumps(report.to_json(), indent=2) if args.json else report.to_table())
     return 0 if report.ok else EXIT_MISMATCH
 
@@ -401,6 +413,9 @@ def build_parser() -> argparse.ArgumentParser:
                                       "calls against their contract")
     _add_model_options(p)
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.add_argument("--emulation-seconds", type=_positive_seconds, default=None, metavar="S",
+                   help="time limit of each kernel launch's emulation (default 120); a kernel past it is "
+                        "listed unchecked")
     p.set_defaults(func=_cmd_verify)
 
     p = sub.add_parser("measure", help="time the planned kernels (local GPU or RPC tracker) into a database")

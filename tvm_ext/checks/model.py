@@ -168,7 +168,8 @@ def _usage(mod: tvm.IRModule, names: list[str], target: tvm.target.Target,
 
 
 def verify(model: tvm.IRModule | str | Path, target: str | tvm.target.Target | None = None, preset: str = "full", *,
-           shapes=None, fp16: bool = False, bind=None, progress: Callable[[str, int, int], None] | None = None) -> VerifyReport:
+           shapes=None, fp16: bool = False, bind=None, progress: Callable[[str, int, int], None] | None = None,
+           emulation_seconds: float | None = None) -> VerifyReport:
     """Build ``model`` as ``compile`` does and check every kernel the GPU would run (module docstring).
 
     Parameters
@@ -179,6 +180,9 @@ def verify(model: tvm.IRModule | str | Path, target: str | tvm.target.Target | N
         GPU target or tag (default :data:`~tvm_ext.hardware.DEFAULT_TARGET`).
     progress : callable, optional
         ``progress(stage, done, total)`` before the build and before each kernel is checked.
+    emulation_seconds : float, optional
+        Time limit of each launch's emulation (default :data:`~tvm_ext.checks.kernel.EMULATION_SECONDS`);
+        a kernel past it is listed unchecked.
     """
     tgt = resolve_target(target)
     say = progress or (lambda stage, done, total: None)
@@ -202,6 +206,7 @@ def verify(model: tvm.IRModule | str | Path, target: str | tvm.target.Target | N
         else:
             reference, inputs = staged.graph[name], call_inputs(staged.graph, name)
         report.lines.append(check_kernel(name, reference, func, tgt, inputs, generator, usage,
+                                         seconds=emulation_seconds or EMULATION_SECONDS,
                                          pipeline=staged.preset.tir_pipeline))
     say("CUTLASS contracts", len(names) + 1, len(names) + 2)
     for _, result in library_calls(mod, tgt, staged.preset):
