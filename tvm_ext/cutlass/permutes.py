@@ -45,10 +45,12 @@ class _Folder(relax.PyExprMutator):
 
     def visit_call_(self, call: relax.Call) -> relax.Expr:  # noqa: N802 - visitor API
         call = super().visit_call_(call)
-        if _is_permute(call) and isinstance(call.args[0], tvm.ir.Constant) and _axes(call) is not None:
+        if not _is_permute(call):
+            return call
+        if isinstance(call.args[0], tvm.ir.Constant) and (axes := _axes(call)) is not None:
             self.constants += 1
-            return relax.const(np.ascontiguousarray(np.transpose(call.args[0].value.numpy(), _axes(call))))
-        if not _is_permute(call) or not isinstance(call.args[0], relax.Var):
+            return relax.const(np.ascontiguousarray(np.transpose(call.args[0].value.numpy(), axes)))
+        if not isinstance(call.args[0], relax.Var):
             return call
         inner = self.lookup_binding(call.args[0])
         if not _is_permute(inner):

@@ -32,7 +32,7 @@ from tvm import tirx
 
 from ..analysis import element_bytes
 from ..analysis.work import Work, executed_work, function_work
-from ..graph import block_float_work, func_flops, gathered_reads, weighted_dtype
+from ..graph import block_float_work, gathered_reads, weighted_dtype
 from .candidate import CodePath, LaunchShape
 from .launch import launch_shape, uses_tensor_cores
 
@@ -143,7 +143,8 @@ def describe_scheduled(graph_func: tirx.PrimFunc, scheduled: tirx.PrimFunc,
     regular = len(graph_func.params)
     moved = sum(b for b, _ in sizes[:regular]) + 2 * sum(b for b, _ in sizes[regular:])
     unique = sum(b for b, _ in sizes)
-    dtype = weighted_dtype(block_float_work(graph_func))    # as the selection weighs its nodes
+    work = block_float_work(graph_func)
+    dtype = weighted_dtype(work)        # as the selection weighs its nodes
     try:
         plan = plan_of(graph_func)
     except PlanError:
@@ -157,7 +158,7 @@ def describe_scheduled(graph_func: tirx.PrimFunc, scheduled: tirx.PrimFunc,
     moved = max(int(getattr(plan, "traffic_bytes", 0) or 0), moved) if plan is not None else moved
     # and one that computes padding (a tile kernel's GEMMs padded to whole fragments) its flops
     padding = int(getattr(plan, "padding_flops", 0) or 0)
-    flops = int(func_flops(graph_func)) + padding
+    flops = sum(f for _, f in work) + padding         # func_flops, from the same walk
     flops_ratio, loads_ratio = executed_ratios(graph_func, scheduled, padding)
     stages = scaled_stages(getattr(plan, "work", ()), flops_ratio, loads_ratio)
     return KernelDescription(int(flops * flops_ratio), int(moved * loads_ratio), int(unique),
