@@ -42,9 +42,10 @@ BLOCK = {"size": 8, "window": 4, "shift": 2, "channels": 16, "heads": 2}
 #: and tile schedules it builds (``full`` after the fix: 4.8 and 14.6; before: 7.8 and 22).
 GROUPS_PER_NODE = 6.0
 SCHEDULES_PER_NODE = 18.0
-#: A fixed work budget for every generator over a build (units: nodes of the sets planned, about
-#: 62 per call node in orchestrate's convex sets over its graph-stage runs and rounds; the tile
-#: graph's own: tile configurations priced, schedules built and groups asked, about 500 per call node).
+#: A fixed work budget for every generator over a build (orchestrate's units: a stitched node, a set
+#: dlight builds as 5, about 57 per call node over its graph-stage runs and rounds; subprogram's:
+#: statements designed, about 1.3; the tile graph's own: tile configurations priced, schedules built
+#: and groups asked, about 520 per call node).
 FIXED = PlanningBudget(work_per_node=80.0, min_work=0.0, seconds_per_node=math.inf, min_seconds=math.inf,
                        per_generator=(("tilegraph", PlanningBudget(work_per_node=1000.0, min_work=0.0,
                                                                   seconds_per_node=math.inf,

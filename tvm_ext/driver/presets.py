@@ -37,9 +37,26 @@ SELECTORS = ("priority", "blp")
 #: unless that is more than 2-3x slower. 1000 per node, at least 20000, below it. *Assumed*: the
 #: amounts, a bound on compile time (issue 38's 120 s per ``inspect``), the seconds a safety net.
 TILE_GRAPH_BUDGET = PlanningBudget(work_per_node=1000.0, min_work=20000.0, max_work=150000.0, max_seconds=60.0)
-#: Every preset's budget unless it sets its own: :class:`PlanningBudget`'s defaults, the tile
-#: graph's its own.
-DEFAULT_BUDGET = PlanningBudget(per_generator=(("tilegraph", TILE_GRAPH_BUDGET),))
+#: Orchestrate's convex sets, in its unit (:func:`tvm_ext.orchestrate.generator.planning_units`: a
+#: stitched node, a set dlight builds as 5). *Measured* (``scripts/planning_units.py``): 4.5-6.6 ms
+#: a unit on 10 seed models (the LSTM 10.7), so the ceiling of 4500 units is 20-30 s here, about
+#: where the old 30 s stopped the ``orchestrate`` preset on 8 seed models; the 90 s a safety net
+#: that a build two at a time on this machine stays within. *Assumed*: the amounts, a bound on
+#: compile time.
+ORCHESTRATE_BUDGET = PlanningBudget(work_per_node=50.0, min_work=1000.0, max_work=4500.0, max_seconds=90.0)
+#: Subprogram's pieces, in its unit (statements designed, a tensor-core stage as
+#: :data:`~tvm_ext.subprogram.generator.TENSOR_CORE_STAGE_UNITS`). *Measured*: 6-18 ms of designing
+#: a unit on 11 seed models, so 2000 units is 13-36 s here; the seed models need 300-1800 (DETR-R50
+#: 2400, where the old 30 s stopped it after 44.8 s of ``full``: one 238-statement piece takes 11-14 s).
+#: *Assumed*: the amounts, a bound on compile time; 60 s a safety net.
+SUBPROGRAM_BUDGET = PlanningBudget(work_per_node=10.0, min_work=500.0, max_work=2000.0, max_seconds=60.0)
+#: Every preset's budget unless it sets its own: :class:`PlanningBudget`'s defaults (stitch and any
+#: generator without its own), the searching generators' their own, in their own units: where each
+#: stops is the same on any machine and under any load.
+DEFAULT_BUDGET = PlanningBudget(per_generator=(("tilegraph", TILE_GRAPH_BUDGET),
+                                               ("orchestrate", ORCHESTRATE_BUDGET),
+                                               ("orchestrate_small", ORCHESTRATE_BUDGET),
+                                               ("subprogram", SUBPROGRAM_BUDGET)))
 REST_POLICIES = ("none", "fuseops")
 
 

@@ -35,6 +35,7 @@ from typing import Any, ClassVar
 import tvm
 from tvm import tirx
 
+from ..graph import OpGraph
 from ..hardware import DeviceSpec
 from ..select.candidate import Candidate
 from ..select.context import SelectionContext
@@ -74,6 +75,29 @@ class OrchestratePlan:
         return f"orchestrate set via {self.plan.summary()}"
 
 
+#: Work units of a set dlight's rules build, in stitched nodes (:func:`planning_units`). *Measured*
+#: (``scripts/planning_units.py``, records in ``bench/planning_units.jsonl``): least
+#: squares on the seconds of 5117 distinct sets the ``orchestrate`` preset planned on 6 seed models
+#: (YOLOv5s, Swin-T, LSTM, ConvNeXt-T, BERT-base s128, MobileNet-V2; fp16, this project's 2-core
+#: machine, one build at a time): 6.3 ms a node of a stitched set, 32.7 ms a set dlight builds,
+#: whatever its size (5.2 nodes). Validated on 4932 sets of 5 others (DETR-R50, NAFNet,
+#: Segformer-B0, EfficientNet-B0, ResNet-50): 4.5-6.6 ms a unit per model (their own fit: 5.1);
+#: the LSTM's six-node stitched sets (150 ms each) make it 10.7 there.
+DLIGHT_SET_UNITS = 5
+
+
+def _memory_only(graph: OpGraph, members: tuple[int, ...]) -> bool:
+    """Whether the stitch planner builds the set (no compute-intensive node, all stitchable)."""
+    return all(is_stitchable(graph, n) and not is_compute_intensive(graph, n) for n in members)
+
+
+def planning_units(graph: OpGraph, members: tuple[int, ...]) -> float:
+    """The planning-budget charge of one distinct set (:mod:`tvm_ext.select.budget`): its nodes when
+    it is stitched, :data:`DLIGHT_SET_UNITS` when dlight's rules build it (their cost hardly
+    depends on the set's size)."""
+    return float(len(members)) if _memory_only(graph, members) else float(DLIGHT_SET_UNITS)
+
+
 class OrchestrateGenerator:
     """Korch's convex candidates (see the module docstring).
 
@@ -109,7 +133,7 @@ class OrchestrateGenerator:
         out, failed, unplanned = [], 0, 0
         planned: set[tuple] = set()
         unbudgeted: set[tuple] = set()     # distinct sets the planning budget left unplanned
-        meter = ctx.meter(self.name)     # the preset's planning budget; a work unit: one node of a set planned
+        meter = ctx.meter(self.name)     # the preset's planning budget, in :func:`planning_units`
         for nodes in sorted(found.sets, key=len):      # smallest first: the kernel budget keeps them
             members = ctx.ordered(nodes)
             if members in known:
@@ -122,8 +146,8 @@ class OrchestrateGenerator:
                 if meter.exhausted and not ctx.has_shared(("orchestrate", signature)):
                     unbudgeted.add(signature)
                     continue
-                # a work unit: one node of a set planned, once per build (its plans are memoized)
-                ctx.shared_memo(("orchestrate", signature), lambda n=len(members): meter.spend(n))
+                # charged once per build (its plans are memoized)
+                ctx.shared_memo(("orchestrate", signature), lambda m=members: meter.spend(planning_units(graph, m)))
                 planned.add(signature)
             cand = self._build(ctx, members)
             if cand is None:
@@ -143,8 +167,7 @@ class OrchestrateGenerator:
 
     def _build(self, ctx: SelectionContext, members: tuple[int, ...]) -> Candidate | None:
         graph = ctx.graph
-        memory_only = all(is_stitchable(graph, n) and not is_compute_intensive(graph, n) for n in members)
-        if memory_only:
+        if _memory_only(graph, members):
             builder, inner = "stitch", get_generator("stitch").plan_set(ctx, members, "orchestrate: convex set")
         elif len(graph.boundary(members)[1]) != 1:
             return None     # dlight's GEMM rules write one result (Korch's single-output kernels)

@@ -13,10 +13,12 @@ The budget is the build's: a graph stage run again (``full`` runs it with and wi
 horizontal transform, a re-selection round once more) continues the meter where the earlier
 run left it, and what the build has planned stays free to ask for again.
 
-A work unit is the generator's own measure of planning effort, stated where it charges
-(orchestrate and subprogram: one node of a set or piece planned; the tile graph: one tile
-configuration priced, a tile schedule built counting as many as it takes seconds, within its own
-budget, :attr:`PlanningBudget.per_generator`). Work units make the cut deterministic: the same
+A work unit is the generator's own measure of planning effort, stated where it charges, fitted
+to what planning costs (stitch: a node of a group planned; orchestrate: a stitched node of a set, a
+set dlight builds as 5; subprogram: a statement of a piece designed, a tensor-core stage as 18; the
+tile graph: a tile configuration priced, a tile schedule built as 30, a group asked as 32), the
+searching generators each within a budget of its own (:attr:`PlanningBudget.per_generator`,
+``tvm_ext.driver.presets.DEFAULT_BUDGET``). Work units make the cut deterministic: the same
 on any machine and under any load; the seconds bound the compile time a user waits for, and make a
 build that hits them depend on the machine (a faster one plans more before it stops), so the
 default's work limits are set to bind first on the machine they were measured on.

@@ -111,6 +111,18 @@ def _stage_work(ctx: SelectionContext, nodes: list[int], made: Design, k: int) -
                      code_path=path, dtype=dominant_dtype(ctx.graph, nodes))
 
 
+#: Planning-budget units of a tensor-core stage, in statements (:mod:`tvm_ext.select.budget`: a
+#: piece designed costs its statements and this per tensor-core stage). *Measured*
+#: (``scripts/planning_units.py``, records in ``bench/planning_units.jsonl``): least
+#: squares on the seconds of 84 pieces the ``subprogram`` preset designed on 6 seed models
+#: (YOLOv5s, Swin-T, LSTM, ConvNeXt-T, BERT-base s128, MobileNet-V2; fp16, this project's 2-core
+#: machine, one build at a time): 13.4 ms a statement, 241 ms a tensor-core stage (dlight's
+#: tensor-core rules). Validated on 99 pieces of 5 others (DETR-R50, NAFNet, Segformer-B0,
+#: EfficientNet-B0, ResNet-50; their own fit: 16.0): 8.6-17.5 ms a unit per model. The node count
+#: it replaces priced DETR-R50's 195-node piece (13 s) at 195 units, its 7-node pieces (0.2 s) at 7.
+TENSOR_CORE_STAGE_UNITS = 18
+
+
 class SubprogramGenerator:
     """SOUFFLE's merged kernels as candidates (see the module docstring)."""
 
@@ -133,7 +145,7 @@ class SubprogramGenerator:
         schedules = dlight_schedules(teg, ctx.target, dict.fromkeys(gemms + compute))
         threads = _thread_shapes(schedules, gemms)
         out = []
-        meter = ctx.meter(self.name)        # a work unit: one node of a piece designed
+        meter = ctx.meter(self.name)        # in statements designed (see TENSOR_CORE_STAGE_UNITS)
         asked = designed = 0
         for part in partition(teg, ctx.device, dlight_shapes(teg, ctx.target, schedules)):
             if part.external:
@@ -155,13 +167,16 @@ class SubprogramGenerator:
 
     def _candidate(self, ctx: SelectionContext, members: tuple[int, ...], meter: BudgetMeter) -> Candidate | None:
         def make() -> Design | str:
-            meter.spend(len(members))
+            fused = ctx.fused_function(members)
+            meter.spend(len(statements(fused)))
             try:
-                return design(ctx.fused_function(members), ctx.device, ctx.target)
+                made = design(fused, ctx.device, ctx.target)
             except (StageError, EmitError) as err:
                 return str(err)
             except TVM_ERRORS as err:
                 return f"TVM refused a stage: {str(err).splitlines()[0][:200]}"
+            meter.spend(TENSOR_CORE_STAGE_UNITS * sum(1 for stage in made.stages if stage.tensor_cores))
+            return made
 
         made = ctx.shared_memo(_design_key(ctx, members), make)     # by structure, build-wide
         if isinstance(made, str):
