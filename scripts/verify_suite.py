@@ -10,6 +10,7 @@ Usage::
 
     python3 scripts/verify_suite.py --seed-suite --presets full --fp16 --json verify.jsonl --markdown verify.md
     python3 scripts/verify_suite.py mobilenet_v2_b1_fp32 --presets tilegraph,stitch --fp16
+    python3 scripts/verify_suite.py vit_b16_b1_fp32 --presets subprogram --fp16 --emulation-seconds 900
 """
 from __future__ import annotations
 
@@ -24,12 +25,18 @@ from pathlib import Path
 from tvm_ext.models.skeleton import resolve_models
 
 
-def verify_one(path: Path, preset: str, fp16: bool, target: str, timeout: float) -> dict:
-    """One ``tvm-ext verify`` run as a row: counts, unchecked reasons, findings, seconds, status."""
+def verify_one(path: Path, preset: str, fp16: bool, target: str, timeout: float,
+               emulation_seconds: float | None = None) -> dict:
+    """One ``tvm-ext verify`` run as a row: counts, unchecked reasons, findings, seconds, status
+    (``emulation_seconds``: each launch's emulation limit, the CLI's default when None)."""
     cmd = [sys.executable, "-m", "tvm_ext", "--quiet", "verify", str(path), "--preset", preset, "--target", target,
            "--json"] + (["--fp16"] if fp16 else [])
+    if emulation_seconds is not None:
+        cmd += ["--emulation-seconds", str(emulation_seconds)]
     start = time.perf_counter()
     row = {"model": path.stem, "preset": preset, "target": target, "fp16": fp16}
+    if emulation_seconds is not None:
+        row["emulation_seconds"] = emulation_seconds
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
     except subprocess.TimeoutExpired:
@@ -79,6 +86,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--fp16", action="store_true")
     p.add_argument("--target", default="tvm_ext/h100")
     p.add_argument("--timeout", type=float, default=1800.0, help="seconds per (model, preset)")
+    p.add_argument("--emulation-seconds", type=float, default=None,
+                   help="each launch's emulation limit (tvm-ext verify's --emulation-seconds; its default if unset)")
     p.add_argument("--json", type=Path, help="JSON lines file: rows appended, rows already there skipped")
     p.add_argument("--markdown", type=Path, help="write the table here")
     args = p.parse_args(argv)
@@ -92,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
         for preset in args.presets.split(","):
             if (path.stem, preset) in have:
                 continue
-            row = verify_one(path, preset, args.fp16, args.target, args.timeout)
+            row = verify_one(path, preset, args.fp16, args.target, args.timeout, args.emulation_seconds)
             rows.append(row)
             c = row.get("counts", {})
             print(f"{path.stem:<28} {preset:<10} {row['status']:<10} {c.get('kernels', '-')} kernels, "
