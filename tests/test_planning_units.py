@@ -98,3 +98,15 @@ def test_default_budgets_stop_on_work_before_seconds(generator, measured, preset
     per_unit = _seconds_per_unit()[measured]
     for nodes in (20, 300, 1200, 10**5):
         assert budget.work_limit(nodes) * per_unit < budget.seconds_limit(nodes), (nodes, per_unit)
+
+
+def test_one_generators_budget_replaced_keeps_the_others():
+    from tvm_ext.driver.presets import DEFAULT_BUDGET, SUBPROGRAM_BUDGET, TILE_GRAPH_BUDGET
+    from tvm_ext.select.budget import PlanningBudget
+
+    quick = DEFAULT_BUDGET.with_generator("subprogram", PlanningBudget(max_work=500.0))
+    assert quick.for_generator("subprogram").max_work == 500.0
+    assert quick.for_generator("tilegraph") is TILE_GRAPH_BUDGET
+    assert DEFAULT_BUDGET.for_generator("subprogram") is SUBPROGRAM_BUDGET      # the default unchanged
+    stitch, default_stitch = quick.meter("stitch", nodes=300), DEFAULT_BUDGET.meter("stitch", nodes=300)
+    assert (stitch.work_limit, stitch.seconds_limit) == (default_stitch.work_limit, default_stitch.seconds_limit)

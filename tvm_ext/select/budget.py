@@ -31,6 +31,7 @@ True
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections.abc import Callable
@@ -91,6 +92,16 @@ class PlanningBudget:
     def for_generator(self, generator: str) -> PlanningBudget:
         """The budget ``generator`` plans within (its own where :attr:`per_generator` has one)."""
         return dict(self.per_generator).get(generator, self)
+
+    def with_generator(self, generator: str, budget: PlanningBudget) -> PlanningBudget:
+        """This budget with ``generator`` planning within ``budget`` (the others keep theirs).
+
+        >>> quick = PlanningBudget().with_generator("subprogram", PlanningBudget(max_work=500.0))
+        >>> quick.for_generator("subprogram").max_work
+        500.0
+        """
+        kept = tuple(pair for pair in self.per_generator if pair[0] != generator)
+        return dataclasses.replace(self, per_generator=kept + ((generator, budget),))
 
     def work_limit(self, nodes: int) -> float:
         """Work units allowed for a function of ``nodes`` call nodes."""
