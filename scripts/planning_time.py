@@ -21,10 +21,12 @@ Usage::
     python3 scripts/planning_time.py --seed-suite --fp16 --json planning.json
     python3 scripts/planning_time.py --bert 1,2,4,8 --presets tilegraph --fp16
     python3 scripts/planning_time.py --swin 1,2,4,8 --presets full --fp16
+    python3 scripts/planning_time.py swin_t_b1_fp32 --fp16 --end-to-end --unlimited   # what the budget costs
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import time
@@ -35,7 +37,8 @@ import onnx
 import tvm
 from onnx import compose
 
-from tvm_ext.driver import load_module, preset_passes
+from tvm_ext.driver import get_preset, load_module, preset_passes
+from tvm_ext.driver.presets import Preset
 from tvm_ext.graph import OpGraph
 from tvm_ext.hardware import resolve_target
 from tvm_ext.inspect import inspect
@@ -43,6 +46,7 @@ from tvm_ext.models.bert import bert_layer
 from tvm_ext.models.skeleton import load_model, resolve_models
 from tvm_ext.models.swin import swin_block
 from tvm_ext.select.attrs import SELECTION_ATTR
+from tvm_ext.select.budget import UNLIMITED
 from tvm_ext.select.progress import ProgressEvent, listening
 from tvm_ext.tir.script_import import import_tensor_intrinsics
 
@@ -79,7 +83,7 @@ def call_nodes(mod: tvm.IRModule) -> int:
     return sum(1 for n in OpGraph.from_module(legal).nodes if n.func is not None)
 
 
-def measure(mod: tvm.IRModule, preset: str, target: tvm.target.Target) -> dict:
+def measure(mod: tvm.IRModule, preset: str | Preset, target: tvm.target.Target) -> dict:
     """Seconds per generator and of the whole graph stage, and the budget notes, for one preset."""
     seconds: dict[str, float] = defaultdict(float)
     work: dict[str, float] = defaultdict(float)
@@ -103,7 +107,7 @@ def budget_notes(selection: dict) -> list[str]:
     return [n for entry in selection.values() for n in entry.get("notes", []) if "budget exhausted" in n]
 
 
-def measure_end_to_end(path: Path, preset: str, target: tvm.target.Target, fp16: bool) -> dict:
+def measure_end_to_end(path: Path, preset: str | Preset, target: tvm.target.Target, fp16: bool) -> dict:
     """Wall seconds of :func:`tvm_ext.inspect.inspect` on ``path``, its stages' seconds, each
     generator's seconds (summed over the graph stage's runs), the modelled time and budget notes."""
     seconds: dict[str, float] = defaultdict(float)
@@ -129,7 +133,8 @@ def markdown(rows: list[dict]) -> str:
         st = r["stages"]
         rest = sum(v for k, v in st.items() if k not in ("import", "graph"))
         gens = ", ".join(f"{g} {v:.1f}" for g, v in sorted(r["generators"].items(), key=lambda kv: -kv[1]) if v >= 0.5)
-        lines.append(f"| {r['model']} | {r['preset']} | {r['wall_s']:.1f} | {st.get('import', 0):.1f} | "
+        preset = r["preset"] + (" (unlimited)" if r.get("unlimited") else "")
+        lines.append(f"| {r['model']} | {preset} | {r['wall_s']:.1f} | {st.get('import', 0):.1f} | "
                      f"{st.get('graph', 0):.1f} | {rest:.1f} | {gens} | {r['modelled_us']:.2f} |")
     return "\n".join(lines) + "\n"
 
@@ -145,6 +150,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--swin", default="", help="comma-separated Swin stack depths (blocks), e.g. 1,2,4,8")
     p.add_argument("--end-to-end", action="store_true",
                    help="time tvm-ext inspect of each ONNX model (every stage and the build), not the graph stage")
+    p.add_argument("--unlimited", action="store_true",
+                   help="plan without any planning budget (what the budgets cost: compare the modelled times)")
     p.add_argument("--json", type=Path, help="also write the results here")
     p.add_argument("--markdown", type=Path, help="with --end-to-end: also write a markdown table here")
     args = p.parse_args(argv)
@@ -163,11 +170,13 @@ def main(argv: list[str] | None = None) -> int:
     inputs += [(f"bert_x{int(d)}", bert_stack(int(d))) for d in args.bert.split(",") if d.strip()]
     inputs += [(f"swin_x{int(d)}", swin_stack(int(d))) for d in args.swin.split(",") if d.strip()]
     results = []
+    names = [p.strip() for p in args.presets.split(",") if p.strip()]
+    presets = [dataclasses.replace(get_preset(n), budget=UNLIMITED) if args.unlimited else n for n in names]
     if args.end_to_end:
         for path in paths:
-            for preset in [p.strip() for p in args.presets.split(",") if p.strip()]:
+            for name, preset in zip(names, presets):
                 got = measure_end_to_end(path, preset, target, args.fp16)
-                results.append({"model": path.stem, "preset": preset, **got})
+                results.append({"model": path.stem, "preset": name, "unlimited": args.unlimited, **got})
                 print(markdown(results[-1:]).splitlines()[-1], flush=True)
                 for note in got["budget_notes"]:
                     print(f"    {note}", flush=True)
@@ -177,12 +186,12 @@ def main(argv: list[str] | None = None) -> int:
     for label, model in inputs:
         mod = load_module(model, fp16=args.fp16)
         nodes = call_nodes(mod)
-        for preset in [p.strip() for p in args.presets.split(",") if p.strip()]:
+        for name, preset in zip(names, presets):
             got = measure(mod, preset, target)
-            results.append({"model": label, "nodes": nodes, "preset": preset, **got})
+            results.append({"model": label, "nodes": nodes, "preset": name, "unlimited": args.unlimited, **got})
             per = ", ".join(f"{g} {s:.1f} s/{got['work_units'].get(g, 0) / nodes:.1f} u"
                             for g, s in sorted(got["generators"].items(), key=lambda kv: -kv[1]))
-            print(f"{label:28s} {nodes:5d} nodes  {preset:10s} graph stage {got['graph_stage_s']:7.1f} s  "
+            print(f"{label:28s} {nodes:5d} nodes  {name:10s} graph stage {got['graph_stage_s']:7.1f} s  "
                   f"({per})", flush=True)
             for note in got["budget_notes"]:
                 print(f"    {note}", flush=True)
