@@ -42,10 +42,10 @@ TILE_GRAPH_BUDGET = PlanningBudget(work_per_node=1000.0, min_work=20000.0, max_w
 #: Orchestrate's convex sets, in its unit (:func:`tvm_ext.orchestrate.generator.planning_units`: a
 #: stitched node, a set dlight builds as 5). *Measured* (``scripts/planning_units.py``): 4.5-7.0 ms
 #: a unit on 10 seed models, the LSTM 10.7, so the ceiling of 8000 units is 36-56 s here (the LSTM
-#: 86 s). The ``orchestrate`` preset plans every set of 6 of the 8 seed models whose sets the old
-#: 30 s cut (Swin-T needs about 9000, the LSTM 26000); ``full``'s (sets of up to 4 nodes) stayed
-#: below 4500 on every seed model. The 180 s a safety net that two builds at a time on this machine stay
-#: within. *Assumed*: the amounts, a bound on compile time.
+#: 86 s). No seed model reaches it (the ``orchestrate`` preset's cap of 1000 distinct kernels
+#: binds first on 6 of the 8 whose sets the old 30 s cut: modelled 0-11% faster than with the 30 s);
+#: ``full``'s sets of up to 4 nodes stay below 4500. The 180 s a safety net that two builds at a
+#: time on this machine stay within. *Assumed*: the amounts, a bound on compile time.
 ORCHESTRATE_BUDGET = PlanningBudget(work_per_node=100.0, min_work=1000.0, max_work=8000.0, max_seconds=180.0)
 #: Subprogram's pieces, in its unit (statements designed, a tensor-core stage as
 #: :data:`~tvm_ext.subprogram.generator.TENSOR_CORE_STAGE_UNITS`). *Measured*: 6-18 ms of designing
