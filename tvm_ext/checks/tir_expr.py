@@ -107,6 +107,12 @@ _INTRINSIC_BINARY = {"shift_left": "LShift", "shift_right": "RShift", "bitwise_a
                      "bitwise_or": "BitwiseOr", "bitwise_xor": "BitwiseXor"}
 
 
+def _pointer(value):
+    """(storage, byte offset) of a pointer value or of a buffer view (what a data variable of a
+    buffer declared over merged shared memory is bound to)."""
+    return value.pointer() if hasattr(value, "pointer") else value
+
+
 def dtype_of(expr) -> np.dtype:
     """Element numpy dtype of a TIR expression."""
     return element_dtype(expr.ty.dtype)
@@ -266,7 +272,8 @@ class ExprCompiler:
         if name == "tvm_access_ptr":
             data, offset = self(args[1]), self(args[2])
             elem = element_dtype(args[0].ty.dtype)
-            return lambda b: access_ptr(elem, data(b), offset(b))
+            # the data is a pointer (``buffer_data``) or a buffer's data variable, bound to its view
+            return lambda b: access_ptr(elem, _pointer(data(b)), offset(b))
         if name in TENSOR_CORE_OPS:
             parts, stmt = [self(a) for a in args], self.stmt
             return lambda b: self.warp.tensor_core(b, name, [p(b) for p in parts], stmt)
