@@ -17,24 +17,24 @@ from tvm_ext.checks.tir_expr import ExprCompiler
 from tvm_ext.checks.tir_stmt import BufferView
 
 
-def test_access_ptr_of_a_data_variable_bound_to_a_view_points_into_the_view():
+def _access_ptr(offset: int, bound):
+    """``tvm_access_ptr(float16, data, offset, 256, read)`` evaluated with ``data`` bound to ``bound``."""
     data = tirx.Var("A_data", "handle")
     slots: dict = {}
     compiler = ExprCompiler(lambda v: slots.setdefault(v, len(slots)), memory=None, warp=None)
     ptr = compiler(tirx.call_intrin("handle", "tirx.tvm_access_ptr", tirx.type_annotation("float16"),
-                                    data, tirx.IntImm("int32", 16), tirx.IntImm("int32", 256), 1))
+                                    data, tirx.IntImm("int32", offset), tirx.IntImm("int32", 256), 1))
+    return ptr(SimpleNamespace(env={slots[data]: bound}))
+
+
+def test_access_ptr_of_a_data_variable_bound_to_a_view_points_into_the_view():
     storage = Storage("merged_shared", 4096, "shared", initialised=False, itemsize=2)
     view = BufferView(storage, np.dtype("float16"), 64, 1024, "A_shared")      # 64 elements into the storage
-    got = ptr(SimpleNamespace(env={slots[data]: view}))
+    got = _access_ptr(16, view)
     assert got.storage is storage and np.asarray(got.element).item() == 64 + 16
 
 
 def test_access_ptr_of_a_pointer_is_unchanged():
-    data = tirx.Var("B_data", "handle")
-    slots: dict = {}
-    compiler = ExprCompiler(lambda v: slots.setdefault(v, len(slots)), memory=None, warp=None)
-    ptr = compiler(tirx.call_intrin("handle", "tirx.tvm_access_ptr", tirx.type_annotation("float16"),
-                                    data, tirx.IntImm("int32", 8), tirx.IntImm("int32", 256), 1))
     storage = Storage("shared", 1024, "shared", initialised=False, itemsize=2)
-    got = ptr(SimpleNamespace(env={slots[data]: (storage, 32)}))       # (storage, byte offset)
+    got = _access_ptr(8, (storage, 32))          # (storage, byte offset)
     assert got.storage is storage and np.asarray(got.element).item() == 16 + 8
