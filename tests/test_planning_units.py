@@ -21,11 +21,11 @@ from tvm.script import relax as R
 from tvm_ext.driver import get_preset
 from tvm_ext.graph import OpGraph
 from tvm_ext.hardware import load_device
-from tvm_ext.orchestrate.generator import DLIGHT_SET_UNITS, planning_units
+from tvm_ext.orchestrate.generator import DLIGHT_SET_UNITS, planning_units, set_units
 from tvm_ext.select.budget import UNLIMITED
 from tvm_ext.select.context import SelectionContext
 from tvm_ext.subprogram import SubprogramGenerator, design
-from tvm_ext.subprogram.generator import TENSOR_CORE_STAGE_UNITS
+from tvm_ext.subprogram.generator import TENSOR_CORE_STAGE_UNITS, piece_units
 from tvm_ext.subprogram.stages import statements
 
 H100 = tvm.target.Target("tvm_ext/h100")
@@ -76,9 +76,9 @@ def _seconds_per_unit() -> dict[str, float]:
     for line in RECORDS.read_text().splitlines():
         r = json.loads(line)
         if r["generator"] == "orchestrate":
-            units = r["nodes"] if r["stitched"] else DLIGHT_SET_UNITS
+            units = set_units(r["nodes"], r["stitched"])
         else:
-            units = r["statements"] + TENSOR_CORE_STAGE_UNITS * r["tensor_core_stages"]
+            units = piece_units(r["statements"], r["tensor_core_stages"])
         per_model[(r["generator"], r["model"])][0] += units
         per_model[(r["generator"], r["model"])][1] += r["seconds"]
     slowest: dict[str, float] = {}
@@ -101,7 +101,11 @@ def test_default_budgets_stop_on_work_before_seconds(generator, measured, preset
 
 
 def test_one_generators_budget_replaced_keeps_the_others():
-    from tvm_ext.driver.presets import DEFAULT_BUDGET, SUBPROGRAM_BUDGET, TILE_GRAPH_BUDGET
+    from tvm_ext.driver.presets import (
+        DEFAULT_BUDGET,
+        SUBPROGRAM_BUDGET,
+        TILE_GRAPH_BUDGET,
+    )
     from tvm_ext.select.budget import PlanningBudget
 
     quick = DEFAULT_BUDGET.with_generator("subprogram", PlanningBudget(max_work=500.0))

@@ -86,16 +86,21 @@ class OrchestratePlan:
 DLIGHT_SET_UNITS = 5
 
 
-def _memory_only(graph: OpGraph, members: tuple[int, ...]) -> bool:
+def is_stitched_set(graph: OpGraph, members: tuple[int, ...]) -> bool:
     """Whether the stitch planner builds the set (no compute-intensive node, all stitchable)."""
     return all(is_stitchable(graph, n) and not is_compute_intensive(graph, n) for n in members)
 
 
-def planning_units(graph: OpGraph, members: tuple[int, ...]) -> float:
+def set_units(nodes: int, stitched: bool) -> float:
     """The planning-budget charge of one distinct set (:mod:`tvm_ext.select.budget`): its nodes when
     it is stitched, :data:`DLIGHT_SET_UNITS` when dlight's rules build it (their cost hardly
     depends on the set's size)."""
-    return float(len(members)) if _memory_only(graph, members) else float(DLIGHT_SET_UNITS)
+    return float(nodes) if stitched else float(DLIGHT_SET_UNITS)
+
+
+def planning_units(graph: OpGraph, members: tuple[int, ...]) -> float:
+    """:func:`set_units` of ``members`` of ``graph``."""
+    return set_units(len(members), is_stitched_set(graph, members))
 
 
 class OrchestrateGenerator:
@@ -167,7 +172,7 @@ class OrchestrateGenerator:
 
     def _build(self, ctx: SelectionContext, members: tuple[int, ...]) -> Candidate | None:
         graph = ctx.graph
-        if _memory_only(graph, members):
+        if is_stitched_set(graph, members):
             builder, inner = "stitch", get_generator("stitch").plan_set(ctx, members, "orchestrate: convex set")
         elif len(graph.boundary(members)[1]) != 1:
             return None     # dlight's GEMM rules write one result (Korch's single-output kernels)

@@ -123,6 +123,11 @@ def _stage_work(ctx: SelectionContext, nodes: list[int], made: Design, k: int) -
 TENSOR_CORE_STAGE_UNITS = 18
 
 
+def piece_units(statements: int, tensor_core_stages: int) -> float:
+    """The planning-budget charge of designing one piece (:data:`TENSOR_CORE_STAGE_UNITS`)."""
+    return float(statements + TENSOR_CORE_STAGE_UNITS * tensor_core_stages)
+
+
 class SubprogramGenerator:
     """SOUFFLE's merged kernels as candidates (see the module docstring)."""
 
@@ -168,14 +173,14 @@ class SubprogramGenerator:
     def _candidate(self, ctx: SelectionContext, members: tuple[int, ...], meter: BudgetMeter) -> Candidate | None:
         def make() -> Design | str:
             fused = ctx.fused_function(members)
-            meter.spend(len(statements(fused)))
+            meter.spend(piece_units(len(statements(fused)), 0))     # charged if the design fails too
             try:
                 made = design(fused, ctx.device, ctx.target)
             except (StageError, EmitError) as err:
                 return str(err)
             except TVM_ERRORS as err:
                 return f"TVM refused a stage: {str(err).splitlines()[0][:200]}"
-            meter.spend(TENSOR_CORE_STAGE_UNITS * sum(1 for stage in made.stages if stage.tensor_cores))
+            meter.spend(piece_units(0, sum(1 for stage in made.stages if stage.tensor_cores)))
             return made
 
         made = ctx.shared_memo(_design_key(ctx, members), make)     # by structure, build-wide
