@@ -149,6 +149,25 @@ def test_stitch_preset_compiles_with_its_tir_pipeline():
     assert "__global__" in _cuda_source(ex)
 
 
+def test_every_preset_but_baseline_captures_cuda_graphs_and_prices_launches_so():
+    """Issue 37: CUDA graphs by default for static shapes (TVM's RewriteCUDAGraph in the lower
+    stage, which ``tvm.compile(..., relax_pipeline="tvm_ext.<preset>")`` runs too), and the
+    selection and report price a launch as a graph replay; ``baseline`` stays TVM's pipeline unless
+    asked, and then is priced as captured too."""
+    from tvm_ext.driver.stages import build, cost_model
+
+    assert [p.name for p in list_presets() if p.implemented and not p.cuda_graph] == ["baseline"]
+    target = tvm.target.Target("tvm_ext/h100")
+    stitch = build(SmallMLP, target, "stitch")
+    assert "vm.builtin.cuda_graph" in stitch.lowered.script()
+    assert cost_model(stitch.preset).analytic.cuda_graph
+    baseline = build(SmallMLP, target, "baseline")
+    assert "vm.builtin.cuda_graph" not in baseline.lowered.script() and not baseline.preset.cuda_graph
+    asked = build(SmallMLP, target, "baseline", cuda_graph=True)
+    assert "vm.builtin.cuda_graph" in asked.lowered.script()
+    assert asked.preset.cuda_graph and cost_model(asked.preset).analytic.cuda_graph
+
+
 def test_import_registers_everything_tvm_compile_needs():
     """A fresh process: `import tvm_ext` alone must register tags, Relax and TIR pipelines."""
     import subprocess

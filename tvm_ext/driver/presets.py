@@ -94,7 +94,11 @@ class Preset:
         False for presets that are announced but not built yet.
     cuda_graph : bool
         Capture the static parts of ``main`` in CUDA graphs (TVM's ``RewriteCUDAGraph``) and
-        price launches as graph replays.
+        price launches as graph replays. Every built-in preset but ``baseline`` (TVM's own
+        pipeline as a user gets it): a static-shape model at batch 1 is tens to hundreds of
+        launches of a few microseconds each. Kernels with a grid barrier are captured too (a
+        graph's kernel node has a cooperative attribute: CUDA driver API, ``CUkernelNodeAttrValue``,
+        since CUDA 11.1; not yet run on a GPU here).
     recompute : bool
         Offer candidates that recompute cheap shared nodes (Korch; :mod:`tvm_ext.select.recompute`);
         needs the ``"blp"`` selector.
@@ -211,9 +215,11 @@ def register_builtin_presets() -> None:
         return
     register_preset(Preset("baseline", "TVM 0.27's default CUDA pipeline: dlight schedules (none that races), TVM's TIR lowering"))
     register_preset(Preset("stitch", "AStitch: memory-intensive subgraphs stitched into one kernel, then dlight",
-                           generators=("stitch", "dlight"), tir_pipeline="tvm_ext", techniques=("stitch",)))
+                           generators=("stitch", "dlight"), tir_pipeline="tvm_ext", techniques=("stitch",),
+                           cuda_graph=True))
     register_preset(Preset("cutlass", "Bolt: GEMM/conv offload to CUTLASS with epilogue fusion, then baseline",
-                           generators=("cutlass",), rest="fuseops", tir_pipeline="tvm_ext", techniques=("cutlass",)))
+                           generators=("cutlass",), rest="fuseops", tir_pipeline="tvm_ext", techniques=("cutlass",),
+                           cuda_graph=True))
     register_preset(Preset("full", "every technique's candidates, one BLP selection by the cost model, CUDA graphs",
                            generators=("cutlass", "stitch", "dlight", "fuseops", "orchestrate_small", "subprogram",
                                        "tilegraph"),
@@ -225,15 +231,15 @@ def register_builtin_presets() -> None:
     register_preset(Preset("orchestrate", "Korch: operator fission, convex candidate kernels from execution "
                                           "states, BLP selection with recomputation",
                            generators=("dlight", "fuseops", "orchestrate"), selector="blp", tir_pipeline="tvm_ext",
-                           techniques=("fission", "orchestrate"), recompute=True, fission=True))
+                           techniques=("fission", "orchestrate"), recompute=True, fission=True, cuda_graph=True))
     register_preset(Preset("subprogram", "SOUFFLE: Q/K/V-style GEMMs combined, subprograms merged into grid-synced "
                                          "multi-stage kernels, chosen against TVM's fusion by the cost model",
                            generators=("subprogram", "dlight", "fuseops"), selector="blp", tir_pipeline="tvm_ext",
-                           techniques=("subprogram",), horizontal=True))
+                           techniques=("subprogram",), horizontal=True, cuda_graph=True))
     register_preset(Preset("tilegraph", "Welder: operators connected through registers and shared memory by "
                                         "tile graphs, chosen against TVM's kernels by the cost model",
                            generators=("tilegraph", "dlight", "fuseops"), selector="blp", tir_pipeline="tvm_ext",
-                           techniques=("tilegraph",)))
+                           techniques=("tilegraph",), cuda_graph=True))
 
 
 __all__ = ["DEFAULT_PRESET", "Preset", "REST_POLICIES", "SELECTORS", "active_preset", "get_preset", "list_presets",

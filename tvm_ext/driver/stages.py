@@ -273,7 +273,8 @@ def build(mod: tvm.IRModule, target: tvm.target.Target, preset: str | Preset = "
         The preset.
     cuda_graph : bool
         Capture the static parts of ``main`` in CUDA graphs (TVM's ``RewriteCUDAGraph``; CUDA
-        targets only).
+        targets only) and price launches so, as a preset with ``cuda_graph`` (every built-in one
+        but ``baseline``) does anyway.
     link : bool
         False: stop after the schedule stage (``lowered`` is the scheduled module, ``executable``
         None): what checks of the built kernels need.
@@ -284,11 +285,13 @@ def build(mod: tvm.IRModule, target: tvm.target.Target, preset: str | Preset = "
         Unknown or unimplemented preset.
     """
     p = get_preset(preset)
+    if cuda_graph and not p.cuda_graph:     # captured launches are priced as captured (selection, report)
+        p = dataclasses.replace(p, cuda_graph=True)
     seconds: dict[str, float] = {"graph": 0.0, "schedule": 0.0}
     excluded: dict[str, str] = {}
     shared: dict = {}     # plans by structure: a round plans only what earlier rounds did not
     # CUDA graphs exist only on CUDA: a CPU build of a capturing preset (the oracle) captures nothing
-    with cuda_graph_context((cuda_graph or p.cuda_graph) and target.kind.name == "cuda"), target:
+    with cuda_graph_context(p.cuda_graph and target.kind.name == "cuda"), target:
         for round_ in range(MAX_RESELECTIONS + 2):
             stages = preset_passes(p, target, excluded, shared=shared)
             round_name = f" (round {round_ + 1})" if round_ else ""
