@@ -256,3 +256,31 @@ def test_swin_stitched_shifted_window_add_norm_matches_its_function():
     unguarded = emulate_function(mod["reference"], mod["scheduled"], tvm.target.Target(TARGET), name="scheduled",
                                  inputs=4, max_blocks=16, pipeline="default")
     assert not unguarded.ok
+
+
+def _split_module(parts: int = 4) -> tvm.IRModule:
+    """``x[1, parts, 64]`` split into ``parts`` rows along axis 1: legalized, every output
+    parameter of the PrimFunc is named ``T_split``."""
+    from tvm import relax
+
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((1, parts, 64), "float16"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            out = bb.emit_output(bb.emit(relax.op.split(x, parts, axis=1)))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+def test_outputs_sharing_one_parameter_name_are_told_apart():
+    """LSTM s32 under `baseline` (2026-11-30): dlight's `split` kernel, 32 launches each writing
+    its own output, was reported wrong (every launch's output taken for the first: the launches'
+    arguments are named by parameter, and all 32 outputs are named `T_split`). A false finding
+    on TVM's own kernel; now each output is its own buffer and the kernel passes."""
+    target, fused, scheduled, names = _staged(_split_module(), "baseline")
+    (name,) = [n for n in names if "split" in n]
+    assert len({p.name for p in scheduled[name].params}) < len(scheduled[name].params)   # the case
+    assert len(lower_device(scheduled[name], name, target)) == 4
+    verdict = emulate_function(fused[name], scheduled[name], target, name=name, inputs=call_inputs(fused, name))
+    assert verdict.ok, verdict.findings
+    assert verdict.compared == 4 * 64

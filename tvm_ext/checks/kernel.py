@@ -26,7 +26,7 @@ from ..testing.compare import compare_outputs
 from ..testing.tolerance import tolerance_for, within_own_rounding
 from ..tir import PIPELINE_NAME, global_workspaces
 from .emulator import WorkOverBudget, emulate_launch
-from .lowered import lower_device
+from .lowered import distinct_parameters, lower_device
 from .memory import Finding, Storage
 from .thread_serial import comparison_inputs, run_on_cpu
 from .values import element_dtype
@@ -143,6 +143,7 @@ def emulate_function(reference: tirx.PrimFunc, scheduled: tirx.PrimFunc, target:
     EmulationTimeout
         A launch's emulation ran past ``seconds``.
     """
+    scheduled = distinct_parameters(scheduled)       # launches name their buffers by parameter
     n_in, args, outs, _, rtol, atol = comparison_inputs(reference, scheduled, inputs, seed, None, None)
     if _computes_in_half(reference):    # fp16 inputs cast to a float32 output: computed in fp16
         rtol, atol = tolerance_for("float16")

@@ -63,6 +63,30 @@ def _buffer_name(expr) -> str | None:
     return found[0] if found else None
 
 
+def distinct_parameters(func: tirx.PrimFunc) -> tirx.PrimFunc:
+    """``func`` with a distinct name for every parameter, so that a launch's arguments (named by
+    parameter) say which buffer they are. Relax's legalization can give several parameters one
+    name (``split``'s 32 outputs are all ``T_split``; TVMScript prints them ``T_split_1``...):
+    those go through TVMScript and back, which names them as printed; the function is the same
+    but for the names.
+
+    Raises
+    ------
+    Unemulated
+        The names still collide after the round trip.
+    """
+    names = [p.name for p in func.params]
+    if len(set(names)) == len(names):
+        return func
+    parsed = tvm.script.from_source(func.script())
+    parsed = parsed if isinstance(parsed, tirx.PrimFunc) else parsed["main"]
+    renamed = [p.name for p in parsed.params]
+    if len(set(renamed)) != len(renamed):
+        raise Unemulated(f"parameters share names even as TVMScript prints them: {sorted(renamed)}")
+    tvm.ir.assert_structural_equal(parsed, func)
+    return parsed
+
+
 def _param_name(name: str, params: set[str]) -> str:
     while name not in params:
         stripped = re.sub(r"_\d+$", "", name)
@@ -79,13 +103,15 @@ def lower_device(func: tirx.PrimFunc, name: str, target: tvm.target.Target,
     them, lowered by the TIR ``pipeline`` the build uses.
 
     A pointer argument is named by the parameter, or the global intermediate the host function
-    allocates between launches (:func:`~tvm_ext.tir.global_workspaces`), whose data it is.
+    allocates between launches (:func:`~tvm_ext.tir.global_workspaces`), whose data it is
+    (parameters sharing a name are named as :func:`distinct_parameters` renames them).
 
     Raises
     ------
     Unemulated
         A launch passes something other than a parameter's or a global intermediate's data or a constant.
     """
+    func = distinct_parameters(func)
     lowered = lowered_module(tvm.IRModule({name: func.with_attr("global_symbol", name)}), target, pipeline)
     kernels = {gv.name_hint: f for gv, f in lowered.functions_items() if is_device_kernel(f)}
     params = {p.name for p in func.params} | {b.name for b in global_workspaces(func)}
@@ -115,4 +141,4 @@ def lower_device(func: tirx.PrimFunc, name: str, target: tvm.target.Target,
     return launches
 
 
-__all__ = ["DeviceLaunch", "device_kernels", "lower_device", "lowered_module"]
+__all__ = ["DeviceLaunch", "device_kernels", "distinct_parameters", "lower_device", "lowered_module"]
