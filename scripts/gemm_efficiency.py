@@ -5,8 +5,8 @@ the JSON ``tvm-ext inspect --json`` wrote) and lists each kernel that computes a
 ``--min-flops`` per call (GEMMs and convolutions; elementwise kernels never get there): its
 generator, flops, modelled seconds per call, the share of the device's float16 tensor-core peak
 that is (also with the per-kernel launch cost the preset is priced with taken out: 1 us assumed per
-CUDA-graph node under ``full``, 2.4 us fitted per stream launch otherwise), and its memory-bound
-time (global traffic over the DRAM bandwidth). A kernel passes the issue's bar ("Library-speed
+CUDA-graph node under every preset but ``baseline``, 2.4 us fitted per stream launch there), and
+its memory-bound time (global traffic over the DRAM bandwidth). A kernel passes the issue's bar ("Library-speed
 GEMMs") when it runs at ``--peak-share`` (25%) of the peak or within ``--memory-slack`` (1.25x)
 of its memory-bound time, launch cost included. All figures are the cost model's: modelled, not
 measured.
