@@ -36,7 +36,7 @@ from ..hardware import resolve_target
 from ..inspect.kernels import primfunc_calls
 from ..select.attrs import GENERATOR_ATTR, func_attr
 from ..tir import PIPELINE_NAME, has_grid_sync
-from ..toolchain import KernelUsage, resource_usage
+from ..toolchain import KernelUsage, compiled_usage
 from .emulator import EmulationTimeout
 from .kernel import EMULATION_SECONDS, emulate_function
 from .lints import unlowered_thread_reductions, usage_findings
@@ -153,14 +153,13 @@ def _line(name: str, generator: str, checks: list[str], findings: list[Finding],
     return KernelLine(name, generator, text, "warnings" if findings else "ok", details)
 
 
-def _usage(mod: tvm.IRModule, names: list[str], target: tvm.target.Target,
-           pipeline: str = PIPELINE_NAME) -> tuple[dict | None, str]:
-    """ptxas's report of every kernel of ``names`` (one nvcc run), or None and why not."""
-    funcs = {n: mod[n].with_attr("global_symbol", n) for n in names}
+def _usage(staged, names: list[str], target: tvm.target.Target) -> tuple[dict | None, str]:
+    """ptxas's report of every kernel of ``names``: the build's own (the preset's ``ptxas``), else
+    one nvcc run here; None and why where there is none."""
+    if staged.ptxas is not None:
+        return staged.ptxas.usage, staged.ptxas.note
     try:
-        with target:
-            lib = tvm.tirx.build(tvm.IRModule(funcs), target=target, pipeline=pipeline)
-        return resource_usage(lib.imports[0].inspect_source(), target), ""
+        return compiled_usage(staged.scheduled, names, target, staged.preset.tir_pipeline), ""
     except KernelCompileError as err:
         return None, str(err)
     except TVM_ERRORS as err:
@@ -192,7 +191,7 @@ def verify(model: tvm.IRModule | str | Path, target: str | tvm.target.Target | N
     report = VerifyReport(staged.preset.name, str(tgt.attrs.get("model", tgt.kind.name)))
     names = list(primfunc_calls(staged.scheduled))
     say("ptxas", 0, len(names) + 2)
-    usage, why = _usage(staged.scheduled, names, tgt, staged.preset.tir_pipeline) if names else ({}, "")
+    usage, why = _usage(staged, names, tgt) if names else ({}, "")
     if usage is None:
         report.notes.append(f"ptxas report unavailable, spills and co-residency unchecked: {why}")
     for done, name in enumerate(names):

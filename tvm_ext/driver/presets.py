@@ -115,6 +115,11 @@ class Preset:
         semantics, :func:`~tvm_ext.checks.emulate_function`) before it is used: a kernel with
         findings goes to dlight and the selection is re-run without it, as a kernel that fails to
         lower is. Seconds per kernel; ``tvm-ext compile --check-kernels``.
+    ptxas : bool
+        After the schedule stage, compile the kernels once with ``ptxas -v``
+        (:mod:`~tvm_ext.driver.ptxas_facts`): each kernel is priced with its spills, and a
+        cost-based selection whose chosen kernels spill is run once more with their spills priced.
+        2-4 s a seed model; on in every built-in preset.
     budget : PlanningBudget
         What each searching generator (tilegraph, orchestrate, subprogram) may spend planning one
         function, scaled by its call nodes (:mod:`tvm_ext.select.budget`); when it is spent the
@@ -134,6 +139,7 @@ class Preset:
     fission: bool = False
     horizontal: bool = False
     check_kernels: bool = False
+    ptxas: bool = True
     budget: PlanningBudget = DEFAULT_BUDGET
 
     def __post_init__(self) -> None:

@@ -49,6 +49,7 @@ from tvm import relax
 
 from ..fission import Fission
 from ..hardware import device_from_target, is_gpu_target, planning_target, resolve_target
+from ..select.built_facts import BuiltFacts
 from ..select.fuse import FuseTIRKeepPlans
 from ..select.generator import get_generator
 from ..select.origin import RecordOrigin
@@ -59,6 +60,7 @@ from ..subprogram import HorizontalMatmul
 from .apply_plans import ApplyPlans, refused_kernels, unscheduled_fallbacks
 from .graph_choice import FISSION_ATTR, HORIZONTAL_CHOICE_ATTR, CheaperOf
 from .presets import Preset, get_preset
+from .ptxas_facts import PtxasFacts, attach_built_facts
 
 #: PassContext option of TVM's ``RewriteCUDAGraph`` (capture static parts of ``main`` in CUDA graphs).
 logger = logging.getLogger(__name__)
@@ -142,9 +144,10 @@ def _distinct_passes(passes) -> list:
 
 def preset_passes(preset: str | Preset, target: tvm.target.Target,
                   excluded: Mapping[str, str] | None = None, library_codegen: bool = True,
-                  shared: dict | None = None) -> StagePasses:
+                  shared: dict | None = None, built: Mapping[str, BuiltFacts] | None = None) -> StagePasses:
     """Every stage's passes for ``preset`` and ``target`` (see the module docstring); candidates
-    whose kernel key is in ``excluded`` are not selected. ``library_codegen=False`` leaves the
+    whose kernel key is in ``excluded`` are not selected, those in ``built`` are priced with
+    their kernel's spills (:class:`~tvm_ext.select.select_pass.SelectKernels`). ``library_codegen=False`` leaves the
     library generators' chosen calls as ``Codegen`` functions (what checks of those calls read).
     ``shared`` holds plans by structure across calls (:func:`build` hands each round the same)."""
     p = get_preset(preset)
@@ -161,7 +164,7 @@ def preset_passes(preset: str | Preset, target: tvm.target.Target,
                    for ps in g.codegen_passes(plan_target)]
         select = SelectKernels(names, _selector(p), device, plan_target,
                                cost_model(p) if p.selector == "blp" else None, excluded=excluded,
-                               recompute=p.recompute, budget=p.budget, shared=shared)
+                               recompute=p.recompute, budget=p.budget, shared=shared, built=built)
         rest = fuse_ops if p.rest == "fuseops" else []
         fuse = prepare + dispatch + [RecordOrigin()] + legal + [select] + codegen + rest
         if p.fission:   # Korch's fission where the cost model says it pays (whole module)
@@ -213,7 +216,9 @@ class StagedBuild:
     executable : tvm.runtime.Executable
         ``tvm.compile(lowered, target, relax_pipeline=None)``.
     stage_seconds : dict
-        Wall time of ``graph``, ``schedule``, ``lower`` and ``build``.
+        Wall time of ``graph``, ``schedule``, ``lower`` and ``build`` (and ``ptxas``).
+    ptxas : PtxasFacts or None
+        What ptxas said of the last round's kernels (None: not asked, or a CPU build).
     """
 
     preset: Preset
@@ -225,6 +230,7 @@ class StagedBuild:
     lowered: tvm.IRModule
     executable: tvm.runtime.Executable | None
     stage_seconds: dict[str, float] = field(default_factory=dict)
+    ptxas: PtxasFacts | None = None
 
     @property
     def compile_seconds(self) -> float:
@@ -289,11 +295,13 @@ def build(mod: tvm.IRModule, target: tvm.target.Target, preset: str | Preset = "
         p = dataclasses.replace(p, cuda_graph=True)
     seconds: dict[str, float] = {"graph": 0.0, "schedule": 0.0}
     excluded: dict[str, str] = {}
+    built: dict[str, BuiltFacts] = {}    # kernels found spilling, priced so in later rounds
+    ptxas: PtxasFacts | None = None
     shared: dict = {}     # plans by structure: a round plans only what earlier rounds did not
     # CUDA graphs exist only on CUDA: a CPU build of a capturing preset (the oracle) captures nothing
     with cuda_graph_context(p.cuda_graph and target.kind.name == "cuda"), target:
         for round_ in range(MAX_RESELECTIONS + 2):
-            stages = preset_passes(p, target, excluded, shared=shared)
+            stages = preset_passes(p, target, excluded, shared=shared, built=built)
             round_name = f" (round {round_ + 1})" if round_ else ""
             emit(ProgressEvent("graph" + round_name))
             start = time.perf_counter()
@@ -305,8 +313,21 @@ def build(mod: tvm.IRModule, target: tvm.target.Target, preset: str | Preset = "
             scheduled = _run(stages.schedule, graph, f"tvm_ext.{p.name}.schedule")
             seconds["schedule"] += time.perf_counter() - start
             refused = refused_kernels(graph, scheduled) if p.selector == "blp" and stages.schedule else {}
-            if not refused or round_ == MAX_RESELECTIONS + 1:
+            spilled: dict[str, BuiltFacts] = {}
+            if p.ptxas and stages.schedule:
+                start = time.perf_counter()
+                scheduled, ptxas = attach_built_facts(graph, scheduled, target, p.tir_pipeline)
+                seconds["ptxas"] = seconds.get("ptxas", 0.0) + time.perf_counter() - start
+                logger.info("%s", ptxas.summary())
+                if p.selector == "blp":
+                    spilled = {k: f for k, f in ptxas.spilled.items() if k not in built}
+            if (not refused and not spilled) or round_ == MAX_RESELECTIONS + 1:
                 break
+            if spilled:
+                logger.info("re-selecting with the spills of %d kernel(s) priced", len(spilled))
+                built.update(spilled)
+            if not refused:
+                continue
             # excluding a refused kernel by its key can fail to keep it out: the selection's key is
             # taken on the candidate's own fusion, and the module's FuseTIR can make another function
             # of the same nodes (ConvNeXt's transpose -> layer norm, read also through an alias, was
@@ -327,7 +348,8 @@ def build(mod: tvm.IRModule, target: tvm.target.Target, preset: str | Preset = "
             excluded.update({key: reason for key, (_, reason) in refused.items()})
         if not link:
             return StagedBuild(preset=p, target=target, source=mod, fused_ops=fused_ops, graph=graph,
-                               scheduled=scheduled, lowered=scheduled, executable=None, stage_seconds=seconds)
+                               scheduled=scheduled, lowered=scheduled, executable=None, stage_seconds=seconds,
+                               ptxas=ptxas)
         emit(ProgressEvent("lower"))
         start = time.perf_counter()
         lowered = _run(stages.lower, scheduled, f"tvm_ext.{p.name}.lower")
@@ -340,7 +362,8 @@ def build(mod: tvm.IRModule, target: tvm.target.Target, preset: str | Preset = "
     logger.info("built with preset %s for %s: %s", p.name, target.kind.name,
                 ", ".join(f"{stage} {sec:.1f} s" for stage, sec in seconds.items()))
     return StagedBuild(preset=p, target=target, source=mod, fused_ops=fused_ops, graph=graph,
-                       scheduled=scheduled, lowered=lowered, executable=executable, stage_seconds=seconds)
+                       scheduled=scheduled, lowered=lowered, executable=executable, stage_seconds=seconds,
+                       ptxas=ptxas)
 
 
 __all__ = ["CUDA_GRAPH_CONFIG", "StagePasses", "StagedBuild", "WithCudaGraph", "build", "cost_model",

@@ -111,7 +111,13 @@ def summary_lines(report: "Report") -> list[tuple[str, str]]:
         ("fallback ops", str(len(report.fallback_ops))),
         ("compile time", human_seconds(report.compile_seconds)),
         ("planning time by generator", _planning(report)),
+        ("registers and spills", _ptxas(report)),
     ]
+
+
+def _ptxas(report: "Report") -> str:
+    facts = getattr(report.build, "ptxas", None)
+    return facts.summary() if facts is not None else "not compiled (CPU build, or the preset's ptxas is off)"
 
 
 def _group_rows(report: "Report") -> list[list[str]]:

@@ -10,7 +10,9 @@ TVM schedule mean ``wmma``); a kernel that executes more work than its function 
 (:func:`~tvm_ext.analysis.work.executed_work` over :func:`~tvm_ext.analysis.work.function_work`:
 recomputation, a guard that lets every thread redo one thread's work) is priced from what it
 executes, its flops and global traffic scaled by the executed/planned arithmetic (transcendentals
-weighted, :attr:`~tvm_ext.analysis.work.Work.arithmetic`) and global loads; a multi-stage kernel
+weighted, :attr:`~tvm_ext.analysis.work.Work.arithmetic`) and global loads; one that ptxas says
+spills (:data:`~tvm_ext.select.built_facts.BUILT_FACTS_ATTR`, attached by the driver) with its
+spill traffic (:func:`~tvm_ext.select.built_facts.with_spills`); a multi-stage kernel
 whose plan carries its stages' work (``plan.work``) is priced stage by stage with them, as the selection priced it. :func:`describe_library` reads a library
 kernel's record (:data:`~tvm_ext.select.attrs.LIBRARY_KERNELS_ATTR`).
 
@@ -33,6 +35,7 @@ from tvm import tirx
 from ..analysis import element_bytes
 from ..analysis.work import Work, executed_work, function_work
 from ..graph import block_float_work, gathered_reads, weighted_dtype
+from .built_facts import built_facts, with_spills
 from .candidate import CodePath, LaunchShape
 from .launch import launch_shape, uses_tensor_cores
 
@@ -63,6 +66,10 @@ class KernelDescription:
     #: and traffic were scaled by; 1.0 where it executes no more than planned).
     executed_flops_ratio: float = 1.0
     executed_loads_ratio: float = 1.0
+    #: Bytes one call moves to and from local memory because its kernel spills (ptxas's report,
+    #: :mod:`~tvm_ext.select.built_facts`; included in ``global_bytes``); 0 where it does not or
+    #: was not compiled.
+    spill_bytes: int = 0
 
     @property
     def recomputes(self) -> bool:
@@ -161,9 +168,11 @@ def describe_scheduled(graph_func: tirx.PrimFunc, scheduled: tirx.PrimFunc,
     flops = sum(f for _, f in work) + padding         # func_flops, from the same walk
     flops_ratio, loads_ratio = executed_ratios(graph_func, scheduled, padding)
     stages = scaled_stages(getattr(plan, "work", ()), flops_ratio, loads_ratio)
-    return KernelDescription(int(flops * flops_ratio), int(moved * loads_ratio), int(unique),
-                             launch_shape(scheduled), path, dtype, key=key, plan=plan, stages=stages,
-                             executed_flops_ratio=flops_ratio, executed_loads_ratio=loads_ratio)
+    kernel = KernelDescription(int(flops * flops_ratio), int(moved * loads_ratio), int(unique),
+                               launch_shape(scheduled), path, dtype, key=key, plan=plan, stages=stages,
+                               executed_flops_ratio=flops_ratio, executed_loads_ratio=loads_ratio)
+    facts = built_facts(scheduled)
+    return with_spills(kernel, facts) if facts is not None else kernel
 
 
 def describe_library(record: Mapping[str, Any]) -> KernelDescription | None:

@@ -12,7 +12,8 @@ emitted as :class:`~tvm_ext.select.progress.ProgressEvent`).
 
 Candidates whose key is in ``excluded`` (kernels that failed to schedule in an earlier build
 round, see :func:`tvm_ext.driver.stages.build`) are not offered to the selector; they are listed
-as dropped with the reason.
+as dropped with the reason. Candidates whose key is in ``built`` are priced with what ptxas said
+of their kernel in an earlier round: its spills (:func:`~tvm_ext.select.built_facts.with_spills`).
 
 A function that cannot be viewed as an OpGraph (dynamic shapes, shape-valued variables) is left
 as it is and the reason recorded; the preset's rest policy (``FuseOps``) then fuses it as TVM would.
@@ -39,6 +40,7 @@ from ..hardware import DeviceSpec
 from ..tir.script_import import import_tensor_intrinsics
 from .attrs import SELECTION_ATTR
 from .budget import PlanningBudget
+from .built_facts import BuiltFacts, with_spills
 from .context import SelectionContext
 from .cost import CostModel
 from .emission import emit_selection
@@ -80,6 +82,9 @@ class SelectKernels:
         Prices candidates for the selector (a priority selector needs none).
     excluded : mapping, optional
         Kernel key -> why candidates with that key must not be chosen.
+    built : mapping, optional
+        Kernel key -> :class:`~tvm_ext.select.built_facts.BuiltFacts` of that kernel as an earlier
+        round built it: candidates with that key are priced with its spills.
     recompute : bool
         Also offer the candidates that recompute cheap shared nodes
         (:func:`~tvm_ext.select.recompute.recomputing_candidates`); for a cost-based selector.
@@ -94,13 +99,15 @@ class SelectKernels:
     def __init__(self, generators: Sequence[str | Generator], selector: Selector, device: DeviceSpec,
                  target: tvm.target.Target | None = None, cost: CostModel | None = None,
                  excluded: Mapping[str, str] | None = None, recompute: bool = False,
-                 budget: PlanningBudget | None = None, shared: dict | None = None):
+                 budget: PlanningBudget | None = None, shared: dict | None = None,
+                 built: Mapping[str, BuiltFacts] | None = None):
         self.generators = [get_generator(g) if isinstance(g, str) else g for g in generators]
         self.selector = selector
         self.device = device
         self.target = target
         self.cost = cost
         self.excluded = dict(excluded or {})
+        self.built = dict(built or {})
         self.recompute = recompute
         self.budget = budget
         self.shared = {} if shared is None else shared
@@ -141,7 +148,10 @@ class SelectKernels:
                 for cand in propose(sel_ctx):
                     if cand.key and cand.key in self.excluded:
                         sel_ctx.drop(cand.generator, cand.nodes, self.excluded[cand.key])
-                    else:   # priced as built: a kernel the build makes a view costs nothing
+                    else:   # priced as built: a kernel the build makes a view costs nothing, one
+                        # that ptxas made spill pays its spill traffic
+                        if cand.key in self.built:
+                            cand = with_spills(cand, self.built[cand.key])
                         candidates.append(as_view(sel_ctx, cand))
                 sel_ctx.proposed = list(candidates)
                 planning[gen_name] = round(time.perf_counter() - begun, 3)

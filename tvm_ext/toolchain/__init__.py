@@ -14,10 +14,10 @@ from .cuda import (cuda_root, driver_present, find_cuda_root, gpu_available, nvc
 from .export import export_library, has_cutlass_objects, link_options
 from .gencode import gencode_flags
 from .kernel_check import NvccResult, compile_cuda_source
-from .resource_usage import KernelUsage, resource_usage
+from .resource_usage import KernelUsage, compiled_usage, function_kernels, resource_usage
 
 __all__ = [
-    "KernelUsage", "resource_usage",
+    "KernelUsage", "compiled_usage", "function_kernels", "resource_usage",
     "cuda_root", "driver_present", "find_cuda_root", "gpu_available", "nvcc_available", "nvcc_path", "nvcc_version", "toolkit_env",
     "use_toolkit", "export_library", "has_cutlass_objects", "link_options", "gencode_flags", "NvccResult", "compile_cuda_source",
 ]

@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 import subprocess
 import tempfile
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -83,4 +84,27 @@ def resource_usage(source: str, target: tvm.target.Target) -> dict[str, KernelUs
     return parse_ptxas(run.stderr)
 
 
-__all__ = ["KernelUsage", "parse_ptxas", "resource_usage"]
+def compiled_usage(mod: tvm.IRModule, names: Iterable[str], target: tvm.target.Target,
+                   pipeline: str) -> dict[str, KernelUsage]:
+    """ptxas's report of every device kernel of the scheduled PrimFuncs ``names`` of ``mod``: one
+    TIR build with ``pipeline`` (the preset's), one nvcc run.
+
+    Raises
+    ------
+    KernelCompileError
+        As :func:`resource_usage`; TVM's own errors when the TIR build fails.
+    """
+    funcs = {n: mod[n].with_attr("global_symbol", n) for n in names}
+    with target:
+        lib = tvm.tirx.build(tvm.IRModule(funcs), target=target, pipeline=pipeline)
+    return resource_usage(lib.imports[0].inspect_source(), target)
+
+
+def function_kernels(usage: Mapping[str, KernelUsage], func: str) -> list[KernelUsage]:
+    """The reports of the kernels PrimFunc ``func`` launches (TVM names them ``<func>_kernel``,
+    ``<func>_kernel_1``, ...)."""
+    own = re.compile(re.escape(func) + r"_kernel(_\d+)?")
+    return [u for name, u in usage.items() if own.fullmatch(name)]
+
+
+__all__ = ["KernelUsage", "compiled_usage", "function_kernels", "parse_ptxas", "resource_usage"]
