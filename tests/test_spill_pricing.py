@@ -10,21 +10,25 @@ import dataclasses
 
 import pytest
 import tvm
+from test_select import Small
 from tvm import tirx
 from tvm.script import tirx as T
 
-import tvm_ext.driver.ptxas_facts as ptxas_facts
-from tvm_ext.driver import Preset, build
+from tvm_ext.driver import Preset, build, ptxas_facts
 from tvm_ext.driver.ptxas_facts import attach_built_facts
 from tvm_ext.hardware import load_device
 from tvm_ext.select import Candidate, LaunchShape
 from tvm_ext.select.analytic import AnalyticCostModel
-from tvm_ext.select.built_facts import BUILT_FACTS_ATTR, BuiltFacts, built_facts, spill_traffic, with_spills
+from tvm_ext.select.built_facts import (
+    BUILT_FACTS_ATTR,
+    BuiltFacts,
+    built_facts,
+    spill_traffic,
+    with_spills,
+)
 from tvm_ext.select.candidate import CodePath, StageWork
 from tvm_ext.select.describe import describe_scheduled
 from tvm_ext.toolchain import KernelUsage, nvcc_available
-
-from test_select import Small
 
 H100 = tvm.target.Target("tvm_ext/h100")
 DEVICE = load_device("h100")

@@ -115,7 +115,7 @@ def summary_lines(report: "Report") -> list[tuple[str, str]]:
     ]
 
 
-def _ptxas(report: "Report") -> str:
+def _ptxas(report: Report) -> str:
     facts = getattr(report.build, "ptxas", None)
     return facts.summary() if facts is not None else "not compiled (CPU build, or the preset's ptxas is off)"
 
