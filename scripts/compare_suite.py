@@ -83,7 +83,9 @@ def model_rows(path: Path, presets: list[Preset], target: str, fp16: bool) -> li
                    # as built) when a built kernel is not what the selection priced
                    selection_objective_s=sel.get("objective_s"),
                    chosen=sel.get("chosen"),
-                   cost_sources=sorted({k.cost_source for k in rep.launches if k.cost_source}))
+                   cost_sources=sorted({k.cost_source for k in rep.launches if k.cost_source}),
+                   # the kernels as ptxas built them: how many spill (priced, driver/ptxas_facts.py)
+                   ptxas=rep.build.ptxas.summary() if rep.build is not None and rep.build.ptxas else None)
         rows.append(row)
         log.info("%-28s %-9s %5d launches %10.1f us modelled  (%.1f s)", path.stem, preset.name, rep.kernels,
                  rep.modelled_time_s * 1e6, row["compile_s"])
