@@ -143,3 +143,25 @@ def test_one_extent_padded_only_when_the_other_then_suits_cutlass():
     padded = pad_gemm_extents(_weight_model(7, dense=False, k=101))
     (wl,) = _offloaded(padded)
     assert (wl.op, wl.n, wl.k) == ("dense", 7, 104)
+
+
+def test_a_bias_after_padded_columns_is_added_before_the_slice(llvm_target):
+    """x @ y + b with N = 45: y gets 3 zero columns, the bias 3 zeros, and the slice back to 45
+    columns follows the add, so CUTLASS takes the bias as its epilogue (it took the product alone
+    when the slice sat between them)."""
+    b = RNG.integers(-2, 3, (45,)).astype("float16")
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((2, 8, 64), "float16"))
+    y = relax.Var("y", relax.TensorType((64, 45), "float16"))
+    with bb.function("main", [x, y]):
+        with bb.dataflow():
+            out = bb.emit_output(bb.emit(relax.op.add(bb.emit(relax.op.matmul(x, y)), relax.const(b))))
+        bb.emit_func_output(out)
+    mod = bb.get()
+    padded = pad_gemm_extents(mod)
+    (wl,) = _offloaded(padded)
+    assert wl.n == 48 and wl.epilogue.source == "bias"
+    script = padded["main"].script()
+    assert script.count("R.strided_slice(") == 1 and script.index("R.add(") < script.index("R.strided_slice(")
+    args = [RNG.integers(-2, 3, (2, 8, 64)).astype("float16"), RNG.integers(-1, 2, (64, 45)).astype("float16")]
+    np.testing.assert_array_equal(_run(padded, args, llvm_target), _run(mod, args, llvm_target))

@@ -7,7 +7,7 @@ import tvm
 from tvm import relax
 
 from tvm_ext.cutlass import convert_conv_to_nhwc, offload_passes, partition_for_cutlass, workload_from_function
-from tvm_ext.cutlass.padding import channel_padding, pad_conv_channels
+from tvm_ext.cutlass.padding import channel_padding, output_channel_padding, pad_conv_channels
 
 RNG = np.random.default_rng(0)
 
@@ -154,3 +154,82 @@ def test_offload_passes_pad_before_partition():
     part = tvm.transform.Sequential(passes)(mod)
     funcs = [f for _, f in part.functions_items() if f.attrs and "Codegen" in f.attrs]
     assert len(funcs) == 1 and workload_from_function(funcs[0]).workload.c == 8
+
+
+def _head_model(bias_param: bool = False, bias_first: bool = False) -> tuple[tvm.IRModule, dict[str, np.ndarray]]:
+    """YOLOv5's detection head in small: a 1x1 conv to 3 x 85 = 255 channels, its bias, then the
+    layout change and sigmoid its readers do."""
+    w = RNG.integers(-1, 2, (255, 1, 1, 16)).astype("float16")
+    b = RNG.integers(-2, 3, (1, 1, 1, 255)).astype("float16")
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((1, 8, 8, 16), "float16"))
+    params = [x] + ([relax.Var("b", relax.TensorType(b.shape, "float16"))] if bias_param else [])
+    with bb.function("main", params):
+        with bb.dataflow():
+            c = bb.emit(relax.op.nn.conv2d(x, relax.const(w), data_layout="NHWC", kernel_layout="OHWI"))
+            bias = params[1] if bias_param else relax.const(b)
+            a = bb.emit(relax.op.add(bias, c) if bias_first else relax.op.add(c, bias))
+            t = bb.emit(relax.op.permute_dims(a, [0, 3, 1, 2]))
+            out = bb.emit_output(relax.op.sigmoid(t))
+        bb.emit_func_output(out)
+    args = {"x": RNG.integers(-2, 3, (1, 8, 8, 16)).astype("float16")} | ({"b": b} if bias_param else {})
+    return bb.get(), args
+
+
+def _expected_head(mod: tvm.IRModule) -> tvm.IRModule:
+    """The head with 256 filters (one zero filter), the bias padded with one zero and added before
+    the slice back to 255 channels."""
+    conv = _convs(mod)[0]
+    w = conv.args[1].value.numpy()
+    add = next(b.value for b in mod["main"].body.blocks[0].bindings if isinstance(b.value, relax.Call)
+               and b.value.op.name == "relax.add")
+    b = add.args[1].value.numpy()
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((1, 8, 8, 16), "float16"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            c = bb.emit(relax.op.nn.conv2d(x, relax.const(np.pad(w, [(0, 1), (0, 0), (0, 0), (0, 0)])),
+                                           data_layout="NHWC", kernel_layout="OHWI"))
+            a = bb.emit(relax.op.add(c, relax.const(np.pad(b, [(0, 0)] * 3 + [(0, 1)]))))
+            s = bb.emit(relax.op.strided_slice(a, axes=[-1], begin=[0], end=[255]))
+            t = bb.emit(relax.op.permute_dims(s, [0, 3, 1, 2]))
+            out = bb.emit_output(relax.op.sigmoid(t))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+def test_odd_output_channels_padded_and_the_bias_added_before_the_slice(llvm_target):
+    """YOLOv5s's three heads (255 channels) ran on TVM's kernels: CUTLASS takes no odd K. One zero
+    filter makes K = 256; the bias moves before the slice, so the library kernel takes it too."""
+    mod, args = _head_model()
+    assert not _offloaded_convs(mod)
+    padded = pad_conv_channels(mod)
+    tvm.ir.assert_structural_equal(padded, _expected_head(mod))
+    (wl,) = _offloaded_convs(padded)
+    assert (wl.c, wl.k, wl.max_alignment, wl.epilogue.source) == (16, 256, (8, 8, 8), "bias")
+    ref = _run(mod, list(args.values()), llvm_target)
+    np.testing.assert_array_equal(_run(padded, list(args.values()), llvm_target), ref)
+    assert np.abs(ref).max() > 0
+
+
+@pytest.mark.parametrize("bias_param, bias_first", [(True, False), (False, True)], ids=["bias_param", "bias_first"])
+def test_a_bias_parameter_or_a_bias_added_first_moves_before_the_slice(bias_param, bias_first, llvm_target):
+    mod, args = _head_model(bias_param, bias_first)
+    padded = pad_conv_channels(mod)
+    (wl,) = _offloaded_convs(padded)
+    assert wl.k == 256 and wl.epilogue.source == "bias"
+    assert padded["main"].script().count("R.strided_slice(") == 1
+    np.testing.assert_array_equal(_run(padded, list(args.values()), llvm_target),
+                                  _run(mod, list(args.values()), llvm_target))
+
+
+def test_output_channels_padded_only_within_the_share():
+    for out_channels, extra in ((255, 1), (251, 5), (250, 0), (5, 0), (9, 1), (16, 0)):   # 250: alignment 2
+        mod, _ = _conv_model(8, out_channels=out_channels, layout="NHWC")
+        (conv,) = _convs(mod)
+        assert output_channel_padding(conv) == extra, out_channels
+
+
+def _offloaded_convs(mod: tvm.IRModule) -> list:
+    return [workload_from_function(f).workload for _, f in partition_for_cutlass(mod).functions_items()
+            if f.attrs is not None and "Codegen" in f.attrs]

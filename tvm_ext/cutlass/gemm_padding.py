@@ -17,7 +17,8 @@ pad more than the share allows (extents CUTLASS already takes are left as they a
 
 * ``K``: zero columns on ``A`` and zero rows on ``B``; zero products add nothing to the sums;
 * ``N``: zero columns on ``B``; the product's first ``N`` columns are taken back with an
-  ``R.strided_slice``.
+  ``R.strided_slice``, after the bias where one is added (zeros for the padded columns,
+  :func:`~tvm_ext.cutlass.padding.bias_before_slice`), so CUTLASS's epilogue still takes it.
 
 A constant weight (``[K, N]``, or a dense layer's ``[N, K]`` under ``permute_dims``) is padded
 here, at compile time; any other operand through an ``R.nn.pad``. ``R.nn.pad`` and
@@ -45,31 +46,16 @@ from tvm import relax
 from ..ir_update import rewrite_relax_functions
 from .attention import attention_products
 from .checks import OUTPUT_DTYPES, dtype_of, min_alignment, static_shape
-from .padding import pad_multiple, zero_pad_last_axes
+from .padding import (
+    MAX_EXTRA_SHARE,
+    aligned_extra,
+    bias_before_slice,
+    remove_unused,
+    zero_pad_last_axes,
+)
 from .precision import input_dtypes
 
 _LOG = logging.getLogger(__name__)
-
-#: Largest share an extent is padded by: at most 1/8 more work.
-MAX_EXTRA_SHARE = 1 / 8
-
-
-def _extra(extent: int, dtype: str) -> int:
-    """Zeros to add to ``extent``: none where CUTLASS already takes it (a multiple of
-    :func:`~tvm_ext.cutlass.checks.min_alignment`), else up to the widest access whose zeros stay
-    within the share: one 128-bit access, else 64 or 32 bits (Swin's 49-token windows: 56 would
-    add 14%, 52 adds 6% and CUTLASS reads it 4 elements at a time)."""
-    align = min_alignment(dtype)
-    if extent % align == 0:
-        return 0
-    multiple = pad_multiple(dtype)
-    while multiple >= align:
-        extra = -extent % multiple
-        if extra <= extent * MAX_EXTRA_SHARE:
-            return extra
-        multiple //= 2
-    return 0
-
 
 class GemmPadding(NamedTuple):
     """What :func:`gemm_padding` decides for one GEMM."""
@@ -107,9 +93,9 @@ def gemm_padding(call: relax.Call, rhs: relax.Expr | None = None) -> GemmPadding
     align = min_alignment(dtype)
     weight = _constant_weight(rhs)
     if weight is not None and n % align:      # a constant weight is stored [N, K]: odd N costs nothing
-        k_extra = _extra(k, dtype)
+        k_extra = aligned_extra(k, dtype)
         return GemmPadding(k_extra, 0, not weight[1]) if (k + k_extra) % align == 0 else none
-    k_extra, n_extra = _extra(k, dtype), _extra(n, dtype)
+    k_extra, n_extra = aligned_extra(k, dtype), aligned_extra(n, dtype)
     if (k + k_extra) % align or (n + n_extra) % align:
         return none   # the other extent stays unaligned: CUTLASS would still refuse, padding is waste
     return GemmPadding(k_extra, n_extra)
@@ -132,6 +118,7 @@ class _GemmPadder(relax.PyExprMutator):
     def __init__(self, mod: tvm.IRModule):
         super().__init__(mod)
         self.padded = 0
+        self.sliced: dict = {}
         # the fused attention kernel takes any sequence length: its cores' products stay as they are
         self.attention = []
         for _, func in mod.functions_items():
@@ -155,6 +142,9 @@ class _GemmPadder(relax.PyExprMutator):
     def visit_call_(self, call: relax.Call) -> relax.Expr:
         in_attention = any(call.same_as(c) for c in self.attention)
         call = super().visit_call_(call)
+        moved = bias_before_slice(self, call, self.sliced)
+        if moved is not None:
+            return moved
         if len(call.args) != 2 or in_attention:
             return call
         lhs, rhs = call.args
@@ -169,8 +159,9 @@ class _GemmPadder(relax.PyExprMutator):
         product = relax.Call(call.op, [new_lhs, new_rhs], call.attrs)
         if not pad.n:
             return product
-        return relax.op.strided_slice(self.builder_.emit(product), axes=[-1], begin=[0],
-                                      end=[static_shape(call)[-1]])
+        out = self.builder_.emit(product)
+        self.sliced[out] = static_shape(call)[-1]
+        return relax.op.strided_slice(out, axes=[-1], begin=[0], end=[static_shape(call)[-1]])
 
 
 def pad_gemm_extents(mod: tvm.IRModule) -> tvm.IRModule:
@@ -179,7 +170,7 @@ def pad_gemm_extents(mod: tvm.IRModule) -> tvm.IRModule:
     out = rewrite_relax_functions(mod, padder, skip_offloaded=True)
     if padder.padded:
         _LOG.info("padded K and/or N of %d GEMMs to CUTLASS's alignment", padder.padded)
-    return out
+    return remove_unused(out) if padder.sliced else out
 
 
 @tvm.transform.module_pass(opt_level=0, name="tvm_ext.cutlass.PadGemmExtents")
