@@ -28,6 +28,18 @@ def with_functions(mod: tvm.IRModule, updates: Mapping[tvm.ir.GlobalVar, tvm.ir.
     return out
 
 
+def reference_counts(func: relax.Function) -> dict[relax.Var, int]:
+    """How often each variable of ``func`` is referenced (its binding sites not counted)."""
+    refs: dict[relax.Var, int] = {}
+
+    def visit(expr) -> None:
+        if isinstance(expr, relax.Var):
+            refs[expr] = refs.get(expr, 0) + 1
+
+    relax.analysis.post_order_visit(func.body, visit)
+    return refs
+
+
 def rewrite_relax_functions(mod: tvm.IRModule, mutator: relax.PyExprMutator, *,
                             skip_offloaded: bool = False) -> tvm.IRModule:
     """The module of ``mutator`` (a ``relax.PyExprMutator`` made over ``mod``, so ``mod`` stays as
@@ -39,4 +51,4 @@ def rewrite_relax_functions(mod: tvm.IRModule, mutator: relax.PyExprMutator, *,
     return mutator.builder_.get()
 
 
-__all__ = ["rewrite_relax_functions", "with_functions"]
+__all__ = ["reference_counts", "rewrite_relax_functions", "with_functions"]

@@ -26,6 +26,7 @@ from .b2b import b2b_patterns
 from .b2b_conv import b2b_conv_patterns
 from .candidates import arch_number
 from .nhwc import convert_conv_to_nhwc
+from .fold_scales import FoldChannelScales
 from .gemm_padding import PadGemmExtents
 from .padding import PadConvChannels
 from .patterns import CODEGEN_NAME, OP_KINDS, partition_for_cutlass
@@ -119,10 +120,12 @@ def PartitionAttention() -> tvm.transform.Pass:  # noqa: N802
 
 
 def prepare_passes(ops: tuple[str, ...] = OP_KINDS) -> list[tvm.transform.Pass]:
-    """Layout passes before partitioning: NHWC conversion and channel padding for convolutions,
-    K and N padding of GEMMs CUTLASS cannot take for their alignment."""
-    conv = [convert_conv_to_nhwc, PadConvChannels] if "conv2d" in ops else []
-    return conv + ([PadGemmExtents] if {"matmul", "dense", "batch_matmul"} & set(ops) else [])
+    """Layout passes before partitioning: NHWC conversion, per-channel scales folded into the
+    weights and channel padding for convolutions, K and N padding of GEMMs CUTLASS cannot take for
+    their alignment."""
+    conv, gemm = "conv2d" in ops, bool({"matmul", "dense", "batch_matmul"} & set(ops))
+    return (([convert_conv_to_nhwc] if conv else []) + ([FoldChannelScales] if conv or gemm else [])
+            + ([PadConvChannels] if conv else []) + ([PadGemmExtents] if gemm else []))
 
 
 def b2b_pattern_source(options: dict[str, str]):

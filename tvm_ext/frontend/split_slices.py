@@ -24,7 +24,7 @@ from __future__ import annotations
 import tvm
 from tvm import relax
 
-from ..ir_update import with_functions
+from ..ir_update import reference_counts, with_functions
 
 _SPLIT = tvm.ir.Op.get("relax.split")
 
@@ -58,26 +58,23 @@ def _bounds(call: relax.Call) -> list[tuple[int, int]] | None:
     return list(zip(edges[:-1], edges[1:]))
 
 
-def _uses(func: relax.Function) -> tuple[dict, dict]:
-    """Per variable: all references, and references as the tuple of a TupleGetItem."""
-    refs: dict = {}
+def _tuple_uses(func: relax.Function) -> dict:
+    """Per variable: its references as the tuple of a TupleGetItem."""
     items: dict = {}
 
     def visit(expr) -> None:
-        if isinstance(expr, relax.Var):
-            refs[expr] = refs.get(expr, 0) + 1
-        elif isinstance(expr, relax.TupleGetItem) and isinstance(expr.tuple_value, relax.Var):
+        if isinstance(expr, relax.TupleGetItem) and isinstance(expr.tuple_value, relax.Var):
             items[expr.tuple_value] = items.get(expr.tuple_value, 0) + 1
 
     relax.analysis.post_order_visit(func.body, visit)
-    return refs, items
+    return items
 
 
 def split_to_slices(func: relax.Function) -> relax.Function:
     """Rewrite the eligible splits of ``func`` (see the module docstring)."""
     if not isinstance(func.body, relax.SeqExpr):
         return func
-    refs, items = _uses(func)
+    refs, items = reference_counts(func), _tuple_uses(func)
     splits: dict = {}
     for block in func.body.blocks:
         for binding in block.bindings:
