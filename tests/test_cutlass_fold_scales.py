@@ -99,9 +99,16 @@ def test_one_number_scales_every_channel(llvm_target):
     np.testing.assert_array_equal(_run(folded, args, llvm_target), _run(mod, args, llvm_target))
 
 
-@pytest.mark.parametrize("case", ["scale_is_a_parameter", "conv_read_twice", "scale_over_rows", "weight_is_a_parameter"])
+@pytest.mark.parametrize("case", ["scale_is_a_parameter", "conv_read_twice", "scale_over_rows", "weight_is_a_parameter",
+                                  "float16_overflows", "float16_flushes_to_zero"])
 def test_left_alone(case: str):
     w, s = _weight(), _powers_of_two()
+    if case.startswith("float16"):      # the folded weight must hold W * s: 65504 is float16's largest
+        if case == "float16_overflows":
+            s, w = np.full((1, 1, 1, 32), 60000.0, "float16"), (w * 2).astype("float16")
+        else:                           # 2**-24, float16's smallest subnormal, times 0.5 rounds to 0
+            s, w = np.full((1, 1, 1, 32), 2.0 ** -24, "float16"), (w * 0.5).astype("float16")
+        s[..., 0] = 1.0
     if case == "scale_is_a_parameter":      # NAFNet's channel attention: computed at run time
         mod = _module(lambda bb, x, r: bb.emit(relax.op.multiply(bb.emit(_conv(x, w)), r)))
     elif case == "conv_read_twice":
@@ -109,6 +116,8 @@ def test_left_alone(case: str):
             c = bb.emit(_conv(x, w))
             return bb.emit(relax.op.add(bb.emit(relax.op.multiply(c, relax.const(s))), c))
         mod = _module(body)
+    elif case.startswith("float16"):
+        mod = _module(lambda bb, x, r: bb.emit(relax.op.multiply(bb.emit(_conv(x, w)), relax.const(s))))
     elif case == "scale_over_rows":
         mod = _module(lambda bb, x, r: bb.emit(relax.op.multiply(bb.emit(_conv(x, w)),
                                                                  relax.const(_powers_of_two((1, 8, 1, 1))))))

@@ -54,12 +54,19 @@ def _channel_scale(scale: relax.Expr, out_shape: tuple[int, ...], dtype: str) ->
     return values.reshape(-1).astype("float32") if is_bias_vector(scale, out_shape) else None
 
 
-def _scaled(const: tvm.ir.Constant, scale: np.ndarray, axis: int) -> tvm.ir.Constant:
-    """``const`` with its ``axis`` multiplied by ``scale``, formed in float32, stored in its dtype."""
+def _scaled(const: tvm.ir.Constant, scale: np.ndarray, axis: int) -> tvm.ir.Constant | None:
+    """``const`` with its ``axis`` multiplied by ``scale``, formed in float32, stored in its dtype;
+    None where the dtype cannot hold the products (one overflows, or a nonzero one becomes zero):
+    the scale then stays where it is."""
     values = const.value.numpy()
     shape = [1] * values.ndim
     shape[axis] = -1
-    return relax.const((values.astype("float32") * scale.reshape(shape)).astype(values.dtype), dtype_of(const))
+    exact = values.astype("float32") * scale.reshape(shape)
+    with np.errstate(over="ignore"):
+        stored = exact.astype(values.dtype)
+    if not np.isfinite(stored).all() or np.any((stored == 0) & (exact != 0)):
+        return None
+    return relax.const(stored, dtype_of(const))
 
 
 @relax.expr_functor.mutator
@@ -97,10 +104,14 @@ class _ScaleFolder(relax.PyExprMutator):
             return expr, 1, bound.args[0], 0
         return None
 
-    def _rescaled(self, weighted: tuple[relax.Call, int, tvm.ir.Constant, int], factors: np.ndarray) -> relax.Call:
-        """The product of :meth:`_weighted` with its weight's output channels scaled."""
+    def _rescaled(self, weighted: tuple[relax.Call, int, tvm.ir.Constant, int],
+                  factors: np.ndarray) -> relax.Call | None:
+        """The product of :meth:`_weighted` with its weight's output channels scaled (None where
+        the weight's dtype cannot hold them, :func:`_scaled`)."""
         call, operand, const, axis = weighted
-        weight: relax.Expr = _scaled(const, factors, axis)
+        weight: relax.Expr | None = _scaled(const, factors, axis)
+        if weight is None:
+            return None
         if not call.args[operand].same_as(const):       # the constant under permute_dims
             weight = self.builder_.emit(relax.op.permute_dims(weight, [1, 0]))
         args = list(call.args)
@@ -116,9 +127,10 @@ class _ScaleFolder(relax.PyExprMutator):
             factors = _channel_scale(scale, shape, dtype_of(value)) if shape and static_shape(call) == shape else None
             bound = self._only_read(value) if factors is not None else None
             product = self._weighted(bound)
-            if product is not None:                                # conv(x, W) * s
+            rescaled = self._rescaled(product, factors) if product is not None else None
+            if rescaled is not None:                               # conv(x, W) * s
                 self.folded += 1
-                return self._rescaled(product, factors)
+                return rescaled
             if not _is_op(bound, "relax.add"):
                 continue
             for inner, bias in (bound.args, bound.args[::-1]):     # (conv(x, W) + b) * s
@@ -126,9 +138,12 @@ class _ScaleFolder(relax.PyExprMutator):
                 if product is None or not isinstance(bias, tvm.ir.Constant) or not is_bias_vector(bias, shape) \
                         or dtype_of(bias) != dtype_of(value):
                     continue
+                new_bias = _scaled(bias, factors, len(bias.value.shape) - 1)
+                rescaled = self._rescaled(product, factors) if new_bias is not None else None
+                if rescaled is None:
+                    continue
                 self.folded += 1
-                scaled = self.builder_.emit(self._rescaled(product, factors))
-                return relax.op.add(scaled, _scaled(bias, factors, len(bias.value.shape) - 1))
+                return relax.op.add(self.builder_.emit(rescaled), new_bias)
         return call
 
 
