@@ -16,10 +16,11 @@
 from __future__ import annotations
 
 from .emulator import LaunchResult, emulate_launch
+from .input_domain import emulate_in_domain
 from .kernel import EmulationVerdict, emulate_function
 from .lowered import DeviceLaunch, device_kernels, lower_device, lowered_module
 from .memory import Finding, Race, Storage
 from .tir_expr import Unemulated
 
 __all__ = ["DeviceLaunch", "EmulationVerdict", "Finding", "LaunchResult", "Race", "Storage", "Unemulated",
-           "device_kernels", "emulate_function", "emulate_launch", "lower_device", "lowered_module"]
+           "device_kernels", "emulate_function", "emulate_in_domain", "emulate_launch", "lower_device", "lowered_module"]

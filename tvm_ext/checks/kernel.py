@@ -72,6 +72,8 @@ class EmulationVerdict:
     executed: Work = field(default_factory=Work)
     #: The emulation stopped at its work budget (outputs not compared).
     stopped: bool = False
+    #: How the inputs were drawn where not at random (:mod:`~tvm_ext.checks.input_domain`), else ''.
+    domain: str = ""
 
     @property
     def ok(self) -> bool:
@@ -115,7 +117,7 @@ def _reference_outputs(reference: tirx.PrimFunc, args: list, outs: list, n_in: i
 def emulate_function(reference: tirx.PrimFunc, scheduled: tirx.PrimFunc, target: tvm.target.Target, *,
                      name: str = "kernel", inputs: int | None = None, seed: int = 0, order: str = "reversed",
                      max_blocks: int | None = 16, seconds: float | None = EMULATION_SECONDS,
-                     pipeline: str = PIPELINE_NAME) -> EmulationVerdict:
+                     pipeline: str = PIPELINE_NAME, zero_integers: bool = False) -> EmulationVerdict:
     """Emulate ``scheduled``'s device kernels for ``target`` and compare with ``reference``.
 
     Parameters
@@ -135,6 +137,9 @@ def emulate_function(reference: tirx.PrimFunc, scheduled: tirx.PrimFunc, target:
         past it); None for none.
     pipeline : str
         The TIR pipeline the build lowers ``scheduled`` with (a preset's ``tir_pipeline``).
+    zero_integers : bool
+        Integer and boolean inputs all zero instead of random 0/1
+        (:func:`~tvm_ext.checks.input_domain.emulate_in_domain` decides when).
 
     Raises
     ------
@@ -144,7 +149,8 @@ def emulate_function(reference: tirx.PrimFunc, scheduled: tirx.PrimFunc, target:
         A launch's emulation ran past ``seconds``.
     """
     scheduled = distinct_parameters(scheduled)       # launches name their buffers by parameter
-    n_in, args, outs, _, rtol, atol = comparison_inputs(reference, scheduled, inputs, seed, None, None)
+    n_in, args, outs, _, rtol, atol = comparison_inputs(reference, scheduled, inputs, seed, None, None,
+                                                        zero_integers)
     if _computes_in_half(reference):    # fp16 inputs cast to a float32 output: computed in fp16
         rtol, atol = tolerance_for("float16")
     n_ref = len(reference.params)

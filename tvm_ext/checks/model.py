@@ -38,7 +38,8 @@ from ..select.attrs import GENERATOR_ATTR, func_attr
 from ..tir import PIPELINE_NAME, has_grid_sync
 from ..toolchain import KernelUsage, compiled_usage
 from .emulator import EmulationTimeout
-from .kernel import EMULATION_SECONDS, emulate_function
+from .input_domain import emulate_in_domain
+from .kernel import EMULATION_SECONDS
 from .lints import unlowered_thread_reductions, usage_findings
 from .lowered import lower_device
 from .memory import Finding
@@ -120,14 +121,15 @@ def check_kernel(name: str, reference: tirx.PrimFunc, scheduled: tirx.PrimFunc, 
                                         "(the last store wins)"))
     try:
         launches = lower_device(scheduled, name, target, pipeline)
-        verdict = emulate_function(reference, scheduled, target, name=name, inputs=inputs, seconds=seconds,
-                                   pipeline=pipeline)
+        verdict = emulate_in_domain(reference, scheduled, target, name=name, inputs=inputs, seconds=seconds,
+                                    pipeline=pipeline)
     except (Unemulated, EmulationTimeout) as err:
         return _line(name, generator, checks, findings, unchecked=str(err))
     except TVM_ERRORS as err:
         last = (str(err).strip().splitlines() or [type(err).__name__])[-1][:200]
         return _line(name, generator, checks, findings, unchecked=f"could not be run: {last}")
-    checks.append(f"emulated {verdict.blocks_run}/{verdict.blocks} blocks")
+    checks.append(f"emulated {verdict.blocks_run}/{verdict.blocks} blocks"
+                  + (f" ({verdict.domain})" if verdict.domain else ""))
     findings.extend(verdict.findings)
     if verdict.stopped:
         return _line(name, generator, checks, findings, unchecked="emulation stopped at its work budget: "

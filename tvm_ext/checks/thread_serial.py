@@ -132,14 +132,18 @@ class SerialComparison:
     out_of_bounds: tuple[str, ...] = ()
 
 
-def random_args(func: tirx.PrimFunc, count: int, rng: np.random.Generator) -> list[np.ndarray]:
-    """Random values for the first ``count`` parameters of ``func`` (normal floats, 0/1 integers)."""
+def random_args(func: tirx.PrimFunc, count: int, rng: np.random.Generator,
+                zero_integers: bool = False) -> list[np.ndarray]:
+    """Random values for the first ``count`` parameters of ``func`` (normal floats, 0/1 integers and
+    booleans; with ``zero_integers`` integers and booleans all zero, a draw any index is defined on)."""
     args = []
     for p in list(func.params)[:count]:
         shape = [int(d) for d in p.ty.shape]
         dtype = np.dtype(str(p.ty.dtype))
         if dtype.kind == "f":
             args.append(rng.standard_normal(shape).astype(dtype))
+        elif dtype.kind in "iub" and zero_integers:
+            args.append(np.zeros(shape, dtype))
         elif dtype.kind in "iu":
             args.append(rng.integers(0, 2, size=shape).astype(dtype))
         elif dtype.kind == "b":
@@ -203,15 +207,15 @@ def call_inputs(mod: tvm.IRModule, name: str) -> int:
 
 
 def comparison_inputs(reference: tirx.PrimFunc, scheduled: tirx.PrimFunc, inputs: int | None, seed: int,
-           rtol: float | None, atol: float | None):
-    """Inputs, zeroed outputs and extra parameters, and the tolerance of one comparison."""
+                      rtol: float | None, atol: float | None, zero_integers: bool = False):
+    """Inputs (:func:`random_args`), zeroed outputs and extra parameters, and the tolerance of one comparison."""
     n_ref = len(reference.params)
     n_in = n_ref - 1 if inputs is None else inputs
     dtypes = [str(p.ty.dtype) for p in list(reference.params)[n_in:]]
     compared = next((d for d in dtypes if d in ("float16", "bfloat16")), "float32")
     default_rtol, default_atol = tolerance_for(compared)
     rng = np.random.default_rng(seed)
-    args = random_args(reference, n_in, rng)
+    args = random_args(reference, n_in, rng, zero_integers)
     outs = [zeros_like_param(p) for p in list(reference.params)[n_in:]]
     extra = [zeros_like_param(p) for p in list(scheduled.params)[n_ref:]]
     return n_in, args, outs, extra, (default_rtol if rtol is None else rtol), (default_atol if atol is None else atol)

@@ -28,7 +28,7 @@ import tvm
 from tvm import relax, tirx
 
 from ..checks.emulator import EmulationTimeout
-from ..checks.kernel import emulate_function
+from ..checks.input_domain import emulate_in_domain
 from ..checks.lints import unlowered_thread_reductions
 from ..checks.lowering import lowering_problem
 from ..checks.thread_serial import call_inputs
@@ -150,7 +150,7 @@ class ApplyPlans:
         (default ``Target.current()``; ``None`` there skips the check).
     check_kernels : bool
         Also emulate each kernel's lowered device code against its function
-        (:func:`~tvm_ext.checks.emulate_function`); one with findings goes to dlight. A kernel the
+        (:func:`~tvm_ext.checks.input_domain.emulate_in_domain`); one with findings goes to dlight. A kernel the
         emulator cannot run is kept and logged.
     """
 
@@ -180,7 +180,7 @@ class ApplyPlans:
     def _emulation_problem(name: str, func: tirx.PrimFunc, scheduled: tirx.PrimFunc, mod: tvm.IRModule,
                            target: tvm.target.Target) -> str | None:
         try:
-            verdict = emulate_function(func, scheduled, target, name=name, inputs=call_inputs(mod, name))
+            verdict = emulate_in_domain(func, scheduled, target, name=name, inputs=call_inputs(mod, name))
         except (Unemulated, EmulationTimeout) as err:
             logger.info("kernel '%s' kept unchecked: %s", name, err)
             return None
