@@ -17,6 +17,8 @@ from tvm.script import tirx as T
 from tvm_ext.driver import Preset, build, ptxas_facts
 from tvm_ext.driver.ptxas_facts import attach_built_facts
 from tvm_ext.hardware import load_device
+from tvm_ext.inspect.render import summary_lines
+from tvm_ext.inspect.report import report_from_stages
 from tvm_ext.select import Candidate, LaunchShape
 from tvm_ext.select.analytic import AnalyticCostModel
 from tvm_ext.select.built_facts import (
@@ -137,3 +139,5 @@ def test_a_chosen_kernel_that_spills_is_priced_so_and_reselected_away(monkeypatc
     assert describe_scheduled(staged.graph["softmax"], staged.scheduled["softmax"]).spill_bytes > 0
     assert all(BUILT_FACTS_ATTR in f.attrs for _, f in staged.scheduled.functions_items()
                if isinstance(f, tirx.PrimFunc))
+    lines = dict(summary_lines(report_from_stages(staged)))       # what `tvm-ext inspect` shows
+    assert lines["registers and spills"].startswith(f"ptxas: {len(rounds[1])} kernels compiled, 1 spill (softmax_kernel: ")
