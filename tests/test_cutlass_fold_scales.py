@@ -5,9 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import tvm
+from cutlass_graphs import offloaded as _offloaded
+from cutlass_graphs import run_llvm as _run
 from tvm import relax
 
-from tvm_ext.cutlass import partition_for_cutlass, workload_from_function
 from tvm_ext.cutlass.fold_scales import fold_channel_scales
 
 RNG = np.random.default_rng(0)
@@ -42,14 +43,8 @@ def _module(body) -> tvm.IRModule:
     return bb.get()
 
 
-def _run(mod: tvm.IRModule, args, llvm_target) -> np.ndarray:
-    vm = relax.VirtualMachine(tvm.compile(mod, llvm_target), tvm.cpu())
-    return vm["main"](*(tvm.runtime.tensor(a) for a in args)).numpy().astype("float32")
 
 
-def _offloaded(mod: tvm.IRModule) -> list:
-    return [workload_from_function(f).workload for _, f in partition_for_cutlass(mod).functions_items()
-            if f.attrs is not None and "Codegen" in f.attrs]
 
 
 def _args():

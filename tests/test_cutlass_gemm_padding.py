@@ -5,9 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import tvm
+from cutlass_graphs import offloaded as _offloaded
+from cutlass_graphs import run_llvm as _run
 from tvm import relax
 
-from tvm_ext.cutlass import partition_for_cutlass, workload_from_function
 from tvm_ext.cutlass.gemm_padding import pad_gemm_extents
 
 RNG = np.random.default_rng(0)
@@ -51,15 +52,8 @@ def _attention_model(tokens: int = 29, head: int = 16) -> tvm.IRModule:
     return bb.get()
 
 
-def _run(mod: tvm.IRModule, args, llvm_target) -> np.ndarray:
-    vm = relax.VirtualMachine(tvm.compile(mod, llvm_target), tvm.cpu())
-    return vm["main"](*(tvm.runtime.tensor(a) for a in args)).numpy().astype("float32")
 
 
-def _offloaded(mod: tvm.IRModule) -> list:
-    part = partition_for_cutlass(mod)
-    return [workload_from_function(f).workload for _, f in part.functions_items()
-            if f.attrs is not None and "Codegen" in f.attrs]
 
 
 @pytest.mark.parametrize("dense", [False, True], ids=["matmul", "dense"])

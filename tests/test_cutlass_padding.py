@@ -4,10 +4,21 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import tvm
+from cutlass_graphs import offloaded as _offloaded_convs
+from cutlass_graphs import run_llvm as _run
 from tvm import relax
 
-from tvm_ext.cutlass import convert_conv_to_nhwc, offload_passes, partition_for_cutlass, workload_from_function
-from tvm_ext.cutlass.padding import channel_padding, output_channel_padding, pad_conv_channels
+from tvm_ext.cutlass import (
+    convert_conv_to_nhwc,
+    offload_passes,
+    partition_for_cutlass,
+    workload_from_function,
+)
+from tvm_ext.cutlass.padding import (
+    channel_padding,
+    output_channel_padding,
+    pad_conv_channels,
+)
 
 RNG = np.random.default_rng(0)
 
@@ -32,9 +43,6 @@ def _conv_model(channels: int, out_channels: int = 16, const_weight: bool = True
     return bb.get(), w
 
 
-def _run(mod: tvm.IRModule, args, llvm_target) -> np.ndarray:
-    vm = relax.VirtualMachine(tvm.compile(mod, llvm_target), tvm.cpu())
-    return vm["main"](*(tvm.runtime.tensor(a) for a in args)).numpy().astype("float32")
 
 
 def _convs(mod: tvm.IRModule) -> list[relax.Call]:
@@ -42,7 +50,7 @@ def _convs(mod: tvm.IRModule) -> list[relax.Call]:
 
     @relax.expr_functor.visitor
     class _Finder(relax.PyExprVisitor):
-        def visit_call_(self, call):  # noqa: N802 - visitor API
+        def visit_call_(self, call):
             if isinstance(call.op, tvm.ir.Op) and call.op.name == "relax.nn.conv2d":
                 found.append(call)
             super().visit_call_(call)
@@ -229,7 +237,3 @@ def test_output_channels_padded_only_within_the_share():
         (conv,) = _convs(mod)
         assert output_channel_padding(conv) == extra, out_channels
 
-
-def _offloaded_convs(mod: tvm.IRModule) -> list:
-    return [workload_from_function(f).workload for _, f in partition_for_cutlass(mod).functions_items()
-            if f.attrs is not None and "Codegen" in f.attrs]
