@@ -169,9 +169,6 @@ class AttentionWorkload:
 
 # ---- the core, from a matched expression or a composite function ---------------------------------
 
-def _call(expr, name: str) -> bool:
-    return isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op) and expr.op.name == name
-
 
 def _axes(call: relax.Call, rank: int) -> tuple[int, ...]:
     axes = call.attrs.axes
@@ -197,7 +194,7 @@ def _operand(expr, lookup, transposed: bool) -> tuple[relax.Expr, Operand] | str
     shape = checks.static_shape(expr)
     if shape is None or len(shape) != 4:
         return "attention operands must be rank-4 tensors of static shape"
-    if _call(value, _PERMUTE):
+    if checks.is_op_call(value, _PERMUTE):
         inner = value.args[0]
         ishape = checks.static_shape(inner)
         if ishape is None or len(ishape) != 4:
@@ -216,12 +213,12 @@ def _operand(expr, lookup, transposed: bool) -> tuple[relax.Expr, Operand] | str
 def _scale_of(call, lookup) -> tuple[float, relax.Expr] | str | None:
     """``(scale, scores)`` of ``scores * c`` / ``c * scores`` / ``scores / c``; None if ``call`` is no such op."""
     for name, invert in (("relax.multiply", False), ("relax.divide", True)):
-        if _call(call, name):
+        if checks.is_op_call(call, name):
             lhs, rhs = call.args
             orders = ((lhs, rhs),) if invert else ((lhs, rhs), (rhs, lhs))   # c / scores is no scale
             for scores, const in orders:
                 c = checks.scalar_value(lookup(const))
-                if c is not None and _call(lookup(scores), _MATMUL):
+                if c is not None and checks.is_op_call(lookup(scores), _MATMUL):
                     return (1.0 / c if invert else c), scores
             return "the scores are scaled by a value that is not a scalar constant"
     return None
@@ -239,23 +236,23 @@ def _causal(bias: np.ndarray, m: int, n: int) -> bool:
 def analyze(root: relax.Expr, lookup: Callable[[relax.Expr], relax.Expr]) -> Core | str:
     """The attention core ending in ``root`` (``lookup`` resolves a variable to its bound value,
     or returns it), or why the kernel cannot compute it."""
-    if not _call(root, _PERMUTE) or _axes(root, 4) != _OUT_AXES:
+    if not checks.is_op_call(root, _PERMUTE) or _axes(root, 4) != _OUT_AXES:
         return "the output is not permuted [0, 2, 1, 3] (the kernel writes [B, M, H, Dv])"
     pv = lookup(root.args[0])
-    if not _call(pv, _MATMUL):
+    if not checks.is_op_call(pv, _MATMUL):
         return "no P @ V product"
     probs = lookup(pv.args[0])
     dtype = checks.dtype_of(pv)
-    while _call(probs, "relax.astype"):
+    while checks.is_op_call(probs, "relax.astype"):
         if checks.dtype_of(probs) != checks.dtype_of(probs.args[0]):
             return "a cast between the softmax and P @ V changes the dtype"
         probs = lookup(probs.args[0])
-    if not _call(probs, "relax.nn.softmax") or int(probs.attrs.axis) not in (-1, 3):
+    if not checks.is_op_call(probs, "relax.nn.softmax") or int(probs.attrs.axis) not in (-1, 3):
         return "no softmax over the keys"
     x, bias = probs.args[0], None
-    if _call(lookup(x), "relax.add"):
+    if checks.is_op_call(lookup(x), "relax.add"):
         lhs, rhs = lookup(x).args
-        chain_first = _call(lookup(lhs), _MATMUL) or _scale_of(lookup(lhs), lookup) is not None
+        chain_first = checks.is_op_call(lookup(lhs), _MATMUL) or _scale_of(lookup(lhs), lookup) is not None
         x, bias = (lhs, rhs) if chain_first else (rhs, lhs)
     x_expr, x = x, lookup(x)
     scale = 1.0
@@ -266,7 +263,7 @@ def analyze(root: relax.Expr, lookup: Callable[[relax.Expr], relax.Expr]) -> Cor
     if scaled is not None:
         scale, scores = scaled[0], scaled[1]
         x = lookup(scores)
-    if not _call(x, _MATMUL):
+    if not checks.is_op_call(x, _MATMUL):
         return "no Q @ K^T product"
     parts = [_operand(x.args[0], lookup, False), _operand(x.args[1], lookup, True), _operand(pv.args[1], lookup, False)]
     for part in parts:
@@ -368,7 +365,7 @@ def attention_products(func: relax.Function) -> set:
     lookup: Callable = lambda e: values.get(e, e) if isinstance(e, relax.Var) else e  # noqa: E731
     out: set = set()
     for value in values.values():
-        if _call(value, _PERMUTE):
+        if checks.is_op_call(value, _PERMUTE):
             core = analyze(value, lookup)
             if isinstance(core, Core):
                 out.update(core.products)

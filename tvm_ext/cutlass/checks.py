@@ -37,6 +37,11 @@ def static_shape(expr: relax.Expr) -> tuple[int, ...] | None:
     return tuple(dims)
 
 
+def is_op_call(expr: relax.Expr | None, name: str) -> bool:
+    """Whether ``expr`` is a call of the Relax operator ``name`` (``"relax.add"``)."""
+    return isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op) and expr.op.name == name
+
+
 def dtype_of(expr: relax.Expr) -> str:
     """The dtype of a tensor expression ('' if unknown)."""
     ty = expr.ty

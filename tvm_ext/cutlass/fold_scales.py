@@ -31,14 +31,11 @@ import tvm
 from tvm import relax
 
 from ..ir_update import reference_counts, rewrite_relax_functions
-from .checks import dtype_of, is_bias_vector, static_shape
+from .checks import dtype_of, is_bias_vector, is_op_call, static_shape
 from .padding import remove_unused
 
 _LOG = logging.getLogger(__name__)
 
-
-def _is_op(expr: relax.Expr | None, name: str) -> bool:
-    return isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op) and expr.op.name == name
 
 
 def _channel_scale(scale: relax.Expr, out_shape: tuple[int, ...], dtype: str) -> np.ndarray | None:
@@ -86,19 +83,19 @@ class _ScaleFolder(relax.PyExprMutator):
         """``(call, operand, constant, axis)`` where ``expr`` is a product whose output channels are
         the ``axis`` of a constant weight: an NHWC/OHWI conv2d (axis 0), a matmul by a ``[K, N]``
         constant (axis 1) or by a ``[N, K]`` one under ``permute_dims`` (a dense layer: axis 0)."""
-        if _is_op(expr, "relax.nn.conv2d"):
+        if is_op_call(expr, "relax.nn.conv2d"):
             attrs = expr.attrs
             if str(attrs.out_layout) == "NHWC" and str(attrs.kernel_layout) == "OHWI" \
                     and isinstance(expr.args[1], tvm.ir.Constant):
                 return expr, 1, expr.args[1], 0
             return None
-        if not _is_op(expr, "relax.matmul") or len(expr.args) != 2:
+        if not is_op_call(expr, "relax.matmul") or len(expr.args) != 2:
             return None
         weight = expr.args[1]
         if isinstance(weight, tvm.ir.Constant) and len(weight.value.shape) == 2:
             return expr, 1, weight, 1
         bound = self.lookup_binding(weight) if isinstance(weight, relax.Var) else None
-        if _is_op(bound, "relax.permute_dims") and isinstance(bound.args[0], tvm.ir.Constant) \
+        if is_op_call(bound, "relax.permute_dims") and isinstance(bound.args[0], tvm.ir.Constant) \
                 and len(bound.args[0].value.shape) == 2 \
                 and (bound.attrs.axes is None or [int(a) for a in bound.attrs.axes] == [1, 0]):
             return expr, 1, bound.args[0], 0
@@ -120,7 +117,7 @@ class _ScaleFolder(relax.PyExprMutator):
 
     def visit_call_(self, call: relax.Call) -> relax.Expr:
         call = super().visit_call_(call)
-        if not _is_op(call, "relax.multiply"):
+        if not is_op_call(call, "relax.multiply"):
             return call
         for value, scale in (call.args, call.args[::-1]):
             shape = static_shape(value) if isinstance(value, relax.Var) else None
@@ -131,7 +128,7 @@ class _ScaleFolder(relax.PyExprMutator):
             if rescaled is not None:                               # conv(x, W) * s
                 self.folded += 1
                 return rescaled
-            if not _is_op(bound, "relax.add"):
+            if not is_op_call(bound, "relax.add"):
                 continue
             for inner, bias in (bound.args, bound.args[::-1]):     # (conv(x, W) + b) * s
                 product = self._weighted(self._only_read(inner))

@@ -30,7 +30,14 @@ import tvm
 from tvm import relax
 
 from ..ir_update import rewrite_relax_functions, with_functions
-from .checks import OUTPUT_DTYPES, dtype_of, is_bias_vector, min_alignment, static_shape
+from .checks import (
+    OUTPUT_DTYPES,
+    dtype_of,
+    is_bias_vector,
+    is_op_call,
+    min_alignment,
+    static_shape,
+)
 from .precision import input_dtypes
 
 _LOG = logging.getLogger(__name__)
@@ -111,9 +118,6 @@ def zero_pad_last_axes(expr: relax.Expr, extras: tuple[int, ...]) -> relax.Expr:
     return relax.op.nn.pad(expr, widths)
 
 
-def _is_op(expr: relax.Expr, name: str) -> bool:
-    return isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op) and expr.op.name == name
-
 
 def bias_before_slice(mutator: relax.PyExprMutator, call: relax.Call, sliced: dict) -> relax.Expr | None:
     """``call`` (an ``R.add`` already visited by ``mutator``) computed before the slice that takes
@@ -121,11 +125,11 @@ def bias_before_slice(mutator: relax.PyExprMutator, call: relax.Call, sliced: di
     where its other operand is a bias vector: the bias gets zeros for the padded columns, the add
     runs on the padded product and the slice follows (so a library epilogue can take the bias).
     None where ``call`` is no such add."""
-    if not _is_op(call, "relax.add"):
+    if not is_op_call(call, "relax.add"):
         return None
     for value, bias in (call.args, call.args[::-1]):
         bound = mutator.lookup_binding(value) if isinstance(value, relax.Var) else None
-        if not (_is_op(bound, "relax.strided_slice") and isinstance(bound.args[0], relax.Var)
+        if not (is_op_call(bound, "relax.strided_slice") and isinstance(bound.args[0], relax.Var)
                 and bound.args[0] in sliced):
             continue
         padded, extent = bound.args[0], sliced[bound.args[0]]
