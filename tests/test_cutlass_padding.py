@@ -237,3 +237,21 @@ def test_output_channels_padded_only_within_the_share():
         (conv,) = _convs(mod)
         assert output_channel_padding(conv) == extra, out_channels
 
+
+
+def test_the_rest_beside_a_library_call_is_fused_as_the_offloading_preset_fuses_it():
+    """On the whole graph ``FuseOps`` puts the padded head's slice with the convolution CUTLASS
+    takes, so a cost-based selection had only the slice alone beside the library call (one launch
+    more than ``cutlass``, which offloads first and fuses the rest). The ``fuseops`` generator also
+    proposes the rest's groups now: the slice joins the transpose and sigmoid after it."""
+    from tvm_ext.driver import Preset, build
+    from tvm_ext.inspect.report import report_from_stages
+
+    mod, _ = _head_model()
+    target = tvm.target.Target("tvm_ext/h100")
+    selected = report_from_stages(build(mod, target, Preset("test_cutlass_fuseops", "test", selector="blp",
+                                                            generators=("cutlass", "dlight", "fuseops"),
+                                                            tir_pipeline="tvm_ext", cuda_graph=True)))
+    offloading = report_from_stages(build(mod, target, "cutlass"))
+    assert sorted(k.func for k in selected.launches) == sorted(k.func for k in offloading.launches)
+    assert selected.modelled_time_s == pytest.approx(offloading.modelled_time_s)

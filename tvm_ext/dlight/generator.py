@@ -34,7 +34,7 @@ from ..hardware import DeviceSpec
 from ..select.candidate import Candidate, CodePath, boundary_bytes
 from ..select.context import SelectionContext
 from ..select.describe import PRICED_AS_BUILT, as_built_note, executed_ratios
-from ..select.emit import EmitError
+from ..select.emit import EmitError, call_bindings
 from ..select.generator import ScheduledKernel, get_generator, register_generator
 from ..select.origin import trace_partition
 from ..select.groups import compute_groups
@@ -150,11 +150,19 @@ class DlightGenerator:
         return ScheduledKernel(scheduled, rule=outcome.rule)
 
 
+#: ``op_pattern`` of a PrimFunc that ``FuseOps`` fuses with nothing (TVM's ``kOpaque``).
+OPAQUE_PATTERN = 8
+
+
 class FuseOpsGroups:
     """TVM's own fusion as candidates: the groups ``FuseOps`` forms, each scheduled by dlight.
 
     With them a cost-based selector can always fall back to exactly the kernels the baseline
-    builds, so its modelled cost never exceeds the baseline's. Groups are traced back to the
+    builds, so its modelled cost never exceeds the baseline's. Where a library generator proposed
+    candidates before it (``ctx.proposed``), also the groups ``FuseOps`` forms of the rest, those
+    nodes left out, as a preset that offloads first and fuses the rest builds them: a padded
+    convolution's slice joins the layout ops after it there, where on the whole graph ``FuseOps``
+    puts it with the convolution the library takes (YOLOv5's heads). Groups are traced back to the
     graph's nodes by matching their calls (:func:`tvm_ext.select.origin.match_calls`); their
     plans are :class:`DlightPlan` (``group="fuseops"``), built by the dlight generator.
     """
@@ -170,18 +178,52 @@ class FuseOpsGroups:
         return DlightGenerator().plan_from_json(data)
 
     def candidates(self, ctx: SelectionContext) -> list[Candidate]:
-        """One candidate per group of two or more nodes ``FuseOps`` makes of the function."""
-        fused = relax.transform.FuseOps()(tvm.IRModule(dict(ctx.mod.functions_items())))
+        """One candidate per group of two or more nodes ``FuseOps`` makes of the function, and of
+        its rest beside the library generators' candidates (class docstring)."""
+        groups = self._groups(ctx, tvm.IRModule(dict(ctx.mod.functions_items())))
+        library = {n for c in ctx.proposed if get_generator(c.generator).kernel_kind == "library" for n in c.nodes}
+        if library:
+            seen = {frozenset(g) for g in groups}
+            groups += [g for g in self._groups(ctx, _opaque(ctx, library)) if frozenset(g) not in seen]
+        return [get_generator("dlight").candidate(ctx, nodes, "fuseops", "TVM FuseOps group") for nodes in groups]
+
+    @staticmethod
+    def _groups(ctx: SelectionContext, mod: tvm.IRModule) -> list[list[int]]:
+        fused = relax.transform.FuseOps()(mod)
         is_group = lambda f: f.attrs is not None and "Primitive" in f.attrs  # noqa: E731
         out = []
         for _, _, found in trace_partition(fused, ctx.func_name, ctx.mod[ctx.func_name], is_group):
             nodes = [n for n in (ctx.node_of_var(v) for v in found) if n is not None]
             if len(nodes) >= 2 and ctx.graph.is_convex(nodes):
-                out.append(get_generator("dlight").candidate(ctx, nodes, "fuseops", "TVM FuseOps group"))
+                out.append(nodes)
         return out
+
+
+def _opaque(ctx: SelectionContext, nodes: set[int]) -> tvm.IRModule:
+    """The selection's module with ``nodes`` calling copies of their PrimFuncs that ``FuseOps``
+    fuses with nothing (the same variables, so its groups trace back to the graph's nodes)."""
+    builder = relax.BlockBuilder(tvm.IRModule(dict(ctx.mod.functions_items())))
+    func = ctx.mod[ctx.func_name]
+    sites = call_bindings(func)
+    replaced: dict = {}
+    for n in nodes:
+        bi, ki = sites[n]
+        call = func.body.blocks[bi].bindings[ki].value
+        callee = call.args[0]
+        gv = builder.add_func(ctx.mod[callee].with_attr("op_pattern", OPAQUE_PATTERN), f"{callee.name_hint}_offloaded")
+        replaced[(bi, ki)] = relax.Call(call.op, [gv, *call.args[1:]], call.attrs, call.ty_args)
+    blocks = []
+    for bi, block in enumerate(func.body.blocks):
+        bindings = [relax.VarBinding(b.var, replaced[(bi, ki)]) if (bi, ki) in replaced else b
+                    for ki, b in enumerate(block.bindings)]
+        blocks.append(type(block)(bindings))
+    mod = builder.get()
+    mod[ctx.func_name] = relax.Function(func.params, relax.SeqExpr(blocks, func.body.body), func.ret_ty,
+                                        func.is_pure, func.attrs)
+    return mod
 
 
 register_generator(DlightGenerator())
 register_generator(FuseOpsGroups())
 
-__all__ = ["DlightGenerator", "DlightPlan", "FuseOpsGroups"]
+__all__ = ["OPAQUE_PATTERN", "DlightGenerator", "DlightPlan", "FuseOpsGroups"]
