@@ -217,10 +217,11 @@ def _opaque(ctx: SelectionContext, nodes: set[int]) -> tvm.IRModule:
         bindings = [relax.VarBinding(b.var, replaced[(bi, ki)]) if (bi, ki) in replaced else b
                     for ki, b in enumerate(block.bindings)]
         blocks.append(type(block)(bindings))
-    mod = builder.get()
-    mod[ctx.func_name] = relax.Function(func.params, relax.SeqExpr(blocks, func.body.body), func.ret_ty,
-                                        func.is_pure, func.attrs)
-    return mod
+    functions = dict(builder.get().functions_items())
+    # normalized, as FuseOps's builder expects every function it updates to be
+    functions[ctx.mod.get_global_var(ctx.func_name)] = relax.BlockBuilder().normalize(relax.Function(
+        func.params, relax.SeqExpr(blocks, func.body.body), func.ret_ty, func.is_pure, func.attrs))
+    return tvm.IRModule(functions)
 
 
 register_generator(DlightGenerator())
