@@ -222,7 +222,8 @@ def test_offload_passes_targets():
     assert offload_passes(tvm.target.Target({"kind": "llvm"})) == []
     assert offload_passes(tvm.target.Target({"kind": "cuda", "arch": "sm_75"})) == []
     names = [p.info.name for p in offload_passes(tvm.target.Target({"kind": "cuda", "arch": "sm_90a"}))]
-    assert names == ["tvm_ext.cutlass.ConvertConvToNHWC", "tvm_ext.cutlass.PadConvChannels",
+    assert names == ["tvm_ext.cutlass.ConvertConvToNHWC", "tvm_ext.cutlass.FoldChannelScales",
+                     "tvm_ext.cutlass.PadConvChannels",
                      "tvm_ext.cutlass.PadGemmExtents", "tvm_ext.cutlass.PartitionAttention",
                      "tvm_ext.cutlass.Partition", "RunCodegen"]
 
