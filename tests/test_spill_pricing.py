@@ -114,6 +114,7 @@ def test_without_a_toolkit_the_build_says_so_and_prices_as_planned(monkeypatch):
     assert built_facts(scheduled["spiller"]) is None
 
 
+@pytest.mark.skipif(not nvcc_available(), reason="nvcc / CUDA toolkit not found")
 def test_a_chosen_kernel_that_spills_is_priced_so_and_reselected_away(monkeypatch):
     """ptxas (faked: every kernel of the first round spills 4 MB a thread, in every round, more than two launches cost) makes
     the build price the spills in a second selection round, which builds the matmul otherwise."""
