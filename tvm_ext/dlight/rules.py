@@ -25,6 +25,7 @@ from ..errors import TVM_ERRORS
 from ..ir_update import with_functions
 from ..select.attrs import FALLBACK_ATTR, GENERATOR_ATTR, RULE_ATTR
 from ..tir.script_import import import_tensor_intrinsics
+from ..tir.thread_reductions import unguarded_write_backs
 
 logger = logging.getLogger(__name__)
 
@@ -90,6 +91,11 @@ def apply_rules(func: tirx.PrimFunc, target: tvm.target.Target, rules: list | No
         twice = duplicate_writes(scheduled)
         if twice:   # e.g. Matmul's padded epilogue storing onto valid outputs (tvm_ext.checks.write_once)
             failures.append(f"{type(rule).__name__}: stores some elements of {', '.join(twice)} from two threads")
+            continue
+        unguarded = unguarded_write_backs(scheduled.body)
+        if unguarded:   # TVM lowers their write-backs without the block predicate
+            failures.append(f"{type(rule).__name__}: the cross-thread reduction of {', '.join(unguarded)} would "
+                            "write back outside its block predicate")
             continue
         return RuleOutcome(scheduled.with_attr("tirx.is_scheduled", True), type(rule).__name__, tuple(failures))
     return RuleOutcome(func, "none", tuple(failures))

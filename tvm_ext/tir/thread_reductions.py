@@ -50,4 +50,43 @@ def thread_bound_reductions(stmt: tirx.Stmt) -> list:
     return found
 
 
-__all__ = ["thread_bound_reductions"]
+def _vars(expr) -> list:
+    found: list = []
+    tvm_ffi.structural_walk(expr, (tvm.ir.Var, found.append))
+    return found
+
+
+def unguarded_write_backs(stmt: tirx.Stmt) -> list[str]:
+    """Thread-bound reductions in ``stmt`` whose block predicate constrains more than their
+    reduction loops: TVM's ``LowerCrossThreadReduction`` guards the reduction by the predicate but
+    not its write-back (``if threadIdx.x == 0: out[...] = red_result``), so every block and thread
+    the predicate excludes still stores, at indices the schedule never meant (YOLOv5's dlight-built
+    conv + concatenate: a shared tile written at a negative index). Names, in order found."""
+    found: list[str] = []
+
+    def on_loop(loop) -> None:
+        tag = str(loop.thread_binding.thread_tag) if loop.thread_binding is not None else ""
+        if not tag.startswith("threadIdx"):
+            return
+
+        def on_realize(realize) -> None:
+            block = realize.block
+            if block.init is None or block.name_hint in found:
+                return
+            reduce = [v for iv, value in zip(block.iter_vars, realize.iter_values)
+                      if iv.iter_type == tirx.IterVar.CommReduce for v in _vars(value)]
+            if not any(v.same_as(loop.loop_var) for v in reduce):
+                return
+            predicate = realize.predicate
+            if isinstance(predicate, tirx.IntImm) and predicate.value:
+                return
+            if any(not any(v.same_as(r) for r in reduce) for v in _vars(predicate)):
+                found.append(block.name_hint)
+
+        tvm_ffi.structural_walk(loop.body, (tvm.s_tir.SBlockRealize, on_realize))
+
+    tvm_ffi.structural_walk(stmt, (tirx.For, on_loop))
+    return found
+
+
+__all__ = ["thread_bound_reductions", "unguarded_write_backs"]
