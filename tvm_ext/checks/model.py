@@ -30,13 +30,14 @@ from tvm import tirx
 
 from .library_calls import library_calls
 from ..driver.pipeline import load_module
+from ..driver.ptxas_facts import ptxas_report
 from ..driver.stages import build
-from ..errors import TVM_ERRORS, KernelCompileError
+from ..errors import TVM_ERRORS
 from ..hardware import resolve_target
 from ..inspect.kernels import primfunc_calls
 from ..select.attrs import GENERATOR_ATTR, func_attr
 from ..tir import PIPELINE_NAME, has_grid_sync
-from ..toolchain import KernelUsage, compiled_usage
+from ..toolchain import KernelUsage
 from .emulator import EmulationTimeout
 from .input_domain import emulate_in_domain
 from .kernel import EMULATION_SECONDS
@@ -158,14 +159,9 @@ def _line(name: str, generator: str, checks: list[str], findings: list[Finding],
 def _usage(staged, names: list[str], target: tvm.target.Target) -> tuple[dict | None, str]:
     """ptxas's report of every kernel of ``names``: the build's own (the preset's ``ptxas``), else
     one nvcc run here; None and why where there is none."""
-    if staged.ptxas is not None:
-        return staged.ptxas.usage, staged.ptxas.note
-    try:
-        return compiled_usage(staged.scheduled, names, target, staged.preset.tir_pipeline), ""
-    except KernelCompileError as err:
-        return None, str(err)
-    except TVM_ERRORS as err:
-        return None, (str(err).strip().splitlines() or [type(err).__name__])[-1][:200]
+    facts = staged.ptxas if staged.ptxas is not None else ptxas_report(staged.scheduled, names, target,
+                                                                       staged.preset.tir_pipeline)
+    return facts.usage, facts.note
 
 
 def verify(model: tvm.IRModule | str | Path, target: str | tvm.target.Target | None = None, preset: str = "full", *,

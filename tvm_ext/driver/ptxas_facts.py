@@ -70,13 +70,10 @@ def attach_built_facts(graph: tvm.IRModule, scheduled: tvm.IRModule, target: tvm
     names = [gv.name_hint for gv, f in scheduled.functions_items() if isinstance(f, tirx.PrimFunc) and is_scheduled(f)]
     if not names:
         return scheduled, PtxasFacts(usage={})
-    try:
-        usage = compiled_usage(scheduled, names, target, pipeline)
-    except KernelCompileError as err:
-        return scheduled, _unavailable(str(err))
-    except TVM_ERRORS as err:
-        return scheduled, _unavailable((str(err).strip().splitlines() or [type(err).__name__])[-1][:200])
-    result = PtxasFacts(usage=usage)
+    result = ptxas_report(scheduled, names, target, pipeline)
+    if result.usage is None:
+        return scheduled, result
+    usage = result.usage
     functions = dict(scheduled.functions_items())
     for gv, func in list(functions.items()):
         kernels = function_kernels(usage, gv.name_hint) if gv.name_hint in names else []
@@ -95,9 +92,20 @@ def attach_built_facts(graph: tvm.IRModule, scheduled: tvm.IRModule, target: tvm
     return tvm.IRModule(functions, attrs=scheduled.attrs, global_infos=infos), result
 
 
+def ptxas_report(mod: tvm.IRModule, names: list[str], target: tvm.target.Target, pipeline: str) -> PtxasFacts:
+    """What ptxas says of the PrimFuncs ``names`` of ``mod`` (:func:`~tvm_ext.toolchain.compiled_usage`),
+    or why it says nothing (no toolkit, a TVM error)."""
+    try:
+        return PtxasFacts(usage=compiled_usage(mod, names, target, pipeline))
+    except KernelCompileError as err:
+        return _unavailable(str(err))
+    except TVM_ERRORS as err:
+        return _unavailable((str(err).strip().splitlines() or [type(err).__name__])[-1][:200])
+
+
 def _unavailable(why: str) -> PtxasFacts:
     logger.warning("ptxas report unavailable, spills not priced: %s", why)
     return PtxasFacts(note=why)
 
 
-__all__ = ["PtxasFacts", "attach_built_facts"]
+__all__ = ["PtxasFacts", "attach_built_facts", "ptxas_report"]
